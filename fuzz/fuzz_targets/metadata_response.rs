@@ -1,0 +1,14 @@
+//! Fuzzes the Metadata response decoder: the first byte picks the version (0-12), the rest
+//! is the frame after the size prefix. Decoding may fail but must never panic or allocate
+//! more than the input justifies.
+#![no_main]
+
+use dory::kafka::metadata::decode_response;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Some((&selector, frame)) = data.split_first() {
+        let version = i16::from(selector % 13);
+        let _ = decode_response(frame, version);
+    }
+});

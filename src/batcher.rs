@@ -1,0 +1,234 @@
+//! Batch completion: when a per-topic (or per-partition) batch of messages is ready to
+//! send. Pure logic, no threads: the router owns one [`OpenBatch`] per batching key.
+//!
+//! Dory's algorithm (reference §3.2) with one deliberate change: the time limit runs from
+//! each message's *arrival* at the daemon, not from the client's timestamp, so a client
+//! with a skewed clock cannot defeat (or stall) batching.
+
+use std::time::{Duration, Instant};
+
+use crate::config::BatchLimits;
+use crate::pipeline::Msg;
+
+/// Kafka's per-record overhead as Dory counts it when sizing a message for
+/// `message_max_bytes`.
+pub const KAFKA_MSG_OVERHEAD: usize = 26;
+/// A RecordBatch v2 header.
+pub const RECORD_BATCH_OVERHEAD: usize = 61;
+
+/// What to do with a message handed to [`OpenBatch::add`].
+#[derive(Debug, Default)]
+pub struct Emit {
+    /// A completed batch (the previous content, possibly including the new message).
+    pub batch: Option<Vec<Msg>>,
+    /// The new message, to be sent on its own.
+    pub alone: Option<Msg>,
+}
+
+/// Messages collected for one batching key, with Dory's counters.
+#[derive(Debug, Default)]
+pub struct OpenBatch {
+    msgs: Vec<Msg>,
+    bytes: u64,
+    /// Σ(key + value + 26): the size Kafka will see, capped by `message_max_bytes`.
+    kafka_bytes: usize,
+    first_arrival: Option<Instant>,
+}
+
+impl OpenBatch {
+    pub fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// When the time limit completes this batch, if it is on and the batch is not empty.
+    pub fn deadline(&self, limits: &BatchLimits) -> Option<Instant> {
+        Some(self.first_arrival? + limits.time?)
+    }
+
+    pub fn take(&mut self) -> Vec<Msg> {
+        self.bytes = 0;
+        self.kafka_bytes = 0;
+        self.first_arrival = None;
+        std::mem::take(&mut self.msgs)
+    }
+
+    fn push(&mut self, m: Msg) {
+        self.bytes += m.batch_size() as u64;
+        self.kafka_bytes += m.payload.len() + KAFKA_MSG_OVERHEAD;
+        self.first_arrival = Some(self.first_arrival.map_or(m.arrival, |a| a.min(m.arrival)));
+        self.msgs.push(m);
+    }
+
+    fn take_nonempty(&mut self) -> Option<Vec<Msg>> {
+        (!self.msgs.is_empty()).then(|| self.take())
+    }
+
+    /// Adds `m` under `limits`; `max_batch_kafka_bytes` keeps a batch within what the broker
+    /// accepts as one record batch.
+    pub fn add(
+        &mut self,
+        m: Msg,
+        limits: &BatchLimits,
+        max_batch_kafka_bytes: usize,
+        now: Instant,
+    ) -> Emit {
+        let expired = |arrival: Instant, t: Duration| now >= arrival + t;
+        if limits.time.is_none() && limits.messages.is_none() && limits.bytes.is_none() {
+            return Emit {
+                batch: None,
+                alone: Some(m),
+            };
+        }
+        let sz = m.batch_size() as u64;
+        let kafka_sz = m.payload.len() + KAFKA_MSG_OVERHEAD;
+        if let Some(b) = limits.bytes {
+            if sz >= b {
+                return Emit {
+                    batch: self.take_nonempty(),
+                    alone: Some(m),
+                };
+            }
+        }
+        let over_bytes = limits.bytes.is_some_and(|b| self.bytes + sz > b);
+        let over_kafka = !self.msgs.is_empty()
+            && self.kafka_bytes + kafka_sz + RECORD_BATCH_OVERHEAD > max_batch_kafka_bytes;
+        if over_bytes || over_kafka {
+            let batch = self.take_nonempty();
+            let alone_now = limits.messages.is_some_and(|n| n <= 1)
+                || limits.time.is_some_and(|t| expired(m.arrival, t));
+            if alone_now {
+                return Emit {
+                    batch,
+                    alone: Some(m),
+                };
+            }
+            self.push(m);
+            return Emit { batch, alone: None };
+        }
+        self.push(m);
+        let done = limits
+            .time
+            .zip(self.first_arrival)
+            .is_some_and(|(t, a)| expired(a, t))
+            || limits.messages.is_some_and(|n| self.msgs.len() as u64 >= n)
+            || limits.bytes.is_some_and(|b| self.bytes >= b);
+        Emit {
+            batch: if done { self.take_nonempty() } else { None },
+            alone: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::Pool;
+
+    fn pool() -> &'static Pool {
+        Pool::new_static(1 << 20).expect("pool")
+    }
+
+    fn msg(p: &'static Pool, len: usize, arrival: Instant) -> Msg {
+        Msg {
+            topic: 1,
+            partition_key: None,
+            timestamp: 0,
+            arrival,
+            payload: p.alloc(len).expect("room"),
+            key_len: 0,
+            failed_attempts: 0,
+            maybe_sent: false,
+        }
+    }
+
+    fn limits(time_ms: Option<u64>, n: Option<u64>, b: Option<u64>) -> BatchLimits {
+        BatchLimits {
+            time: time_ms.map(Duration::from_millis),
+            messages: n,
+            bytes: b,
+        }
+    }
+
+    #[test]
+    fn no_limits_sends_alone() {
+        let p = pool();
+        let now = Instant::now();
+        let mut b = OpenBatch::default();
+        let e = b.add(msg(p, 10, now), &limits(None, None, None), 1_000_000, now);
+        assert!(e.alone.is_some() && e.batch.is_none());
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn count_limit_completes_batch() {
+        let p = pool();
+        let now = Instant::now();
+        let l = limits(None, Some(3), None);
+        let mut b = OpenBatch::default();
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        let e = b.add(msg(p, 1, now), &l, 1_000_000, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(3));
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn byte_limit_overflow_starts_new_batch() {
+        let p = pool();
+        let now = Instant::now();
+        let l = limits(None, None, Some(100));
+        let mut b = OpenBatch::default();
+        assert!(b.add(msg(p, 60, now), &l, 1_000_000, now).batch.is_none());
+        let e = b.add(msg(p, 60, now), &l, 1_000_000, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(1));
+        assert!(e.alone.is_none());
+        assert_eq!(b.len(), 1);
+        // A message as large as the limit goes alone, flushing the open batch.
+        let e = b.add(msg(p, 100, now), &l, 1_000_000, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(1));
+        assert!(e.alone.is_some());
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn empty_message_counts_as_one_byte() {
+        let p = pool();
+        let now = Instant::now();
+        let l = limits(None, None, Some(2));
+        let mut b = OpenBatch::default();
+        assert!(b.add(msg(p, 0, now), &l, 1_000_000, now).batch.is_none());
+        let e = b.add(msg(p, 0, now), &l, 1_000_000, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(2));
+    }
+
+    #[test]
+    fn time_limit_uses_arrival() {
+        let p = pool();
+        let t0 = Instant::now();
+        let l = limits(Some(50), None, None);
+        let mut b = OpenBatch::default();
+        assert!(b.add(msg(p, 1, t0), &l, 1_000_000, t0).batch.is_none());
+        assert_eq!(b.deadline(&l), Some(t0 + Duration::from_millis(50)));
+        let later = t0 + Duration::from_millis(60);
+        let e = b.add(msg(p, 1, later), &l, 1_000_000, later);
+        assert_eq!(e.batch.map(|v| v.len()), Some(2));
+    }
+
+    #[test]
+    fn kafka_size_cap_splits_batches() {
+        let p = pool();
+        let now = Instant::now();
+        let l = limits(None, None, Some(1 << 20));
+        let mut b = OpenBatch::default();
+        let cap = RECORD_BATCH_OVERHEAD + 2 * (100 + KAFKA_MSG_OVERHEAD);
+        assert!(b.add(msg(p, 100, now), &l, cap, now).batch.is_none());
+        assert!(b.add(msg(p, 100, now), &l, cap, now).batch.is_none());
+        let e = b.add(msg(p, 100, now), &l, cap, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(2));
+        assert_eq!(b.len(), 1);
+    }
+}

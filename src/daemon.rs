@@ -1,0 +1,276 @@
+//! The supervisor: builds the pool, metrics and channels, starts every role (status,
+//! inputs, then router with its metadata fetcher and dispatchers), waits for a signal or
+//! a fatal error, and stops the roles upstream first so nothing disappears uncounted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, select, Receiver};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::config::Config;
+use crate::input::datagram::DatagramInput;
+use crate::input::stream::StreamInput;
+use crate::input::{InputCtx, InputError};
+use crate::metrics::{Counter, Health, Metrics, MetricsConfig};
+use crate::pipeline::{
+    Control, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP, STATUS_CHANNEL_CAP,
+};
+use crate::pool::{Pool, PoolError};
+use crate::router::RouterChannels;
+use crate::status::{StatusControl, StatusRequest};
+
+/// Start-up failures; each ends the process with exit status 1.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot allocate the message pool (input.msg_buffer_max = {bytes}): {source}")]
+    Pool { bytes: usize, source: PoolError },
+    #[error("cannot serve status on {addr} (status.addr; is another dory running?): {source}")]
+    Status {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("cannot start a thread: {0}")]
+    Thread(std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("the router stopped unexpectedly")]
+    RouterDied,
+}
+
+/// The running inputs, stopped together.
+#[derive(Default)]
+struct Inputs {
+    dgram: Option<DatagramInput>,
+    stream: Option<StreamInput>,
+    tcp: Option<StreamInput>,
+}
+
+impl Inputs {
+    fn start(cfg: &Config, ctx: &InputCtx) -> Result<Inputs, InputError> {
+        let mut inputs = Inputs::default();
+        let started = (|| {
+            if let Some(d) = &cfg.input.dgram {
+                inputs.dgram = Some(DatagramInput::start(
+                    d,
+                    cfg.input.max_datagram_msg_size,
+                    ctx.clone(),
+                )?);
+            }
+            if let Some(s) = &cfg.input.stream {
+                inputs.stream = Some(StreamInput::start_unix(
+                    s,
+                    cfg.input.max_stream_msg_size,
+                    ctx.clone(),
+                )?);
+            }
+            if let Some(p) = cfg.input.tcp_port {
+                inputs.tcp = Some(StreamInput::start_tcp(
+                    p,
+                    cfg.input.max_stream_msg_size,
+                    ctx.clone(),
+                )?);
+            }
+            Ok(())
+        })();
+        match started {
+            Ok(()) => Ok(inputs),
+            Err(e) => {
+                ctx.stop.store(true, Ordering::SeqCst);
+                inputs.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Joins every input thread (the stop flag is set); the socket files are removed.
+    fn join(self) {
+        if let Some(t) = self.tcp {
+            t.join();
+        }
+        if let Some(s) = self.stream {
+            s.join();
+        }
+        if let Some(d) = self.dgram {
+            d.join();
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT, then shuts down within
+/// `delivery.shutdown_max_delay`.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let cfg = Arc::new(cfg);
+    let pool = Pool::new_static(cfg.msg_buffer_max).map_err(|source| DaemonError::Pool {
+        bytes: cfg.msg_buffer_max,
+        source,
+    })?;
+    let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new(MetricsConfig {
+        discard_report_interval: cfg.status.discard_report_interval,
+        bad_msg_prefix_size: cfg.status.bad_msg_prefix_size,
+        max_topics: 10_000,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })));
+    metrics.set_pool(pool.capacity_bytes(), pool.used_bytes());
+
+    let (to_router, from_inputs) = bounded(INPUT_CHANNEL_CAP);
+    let (to_control, from_control) = bounded::<Control>(4);
+    let (to_status_req, from_status) = bounded::<StatusRequest>(STATUS_CHANNEL_CAP);
+    let (to_meta, from_router_meta) = bounded(META_CHANNEL_CAP);
+    let (to_router_meta, from_meta) = bounded(META_CHANNEL_CAP);
+    let (to_router_outcome, from_dispatchers) = bounded(OUTCOME_CHANNEL_CAP);
+
+    // Status first: binding its port is also the single-instance guard.
+    let status = crate::status::spawn(cfg.status.addr, metrics, StatusControl::new(to_status_req))
+        .map_err(|source| DaemonError::Status {
+            addr: cfg.status.addr,
+            source,
+        })?;
+
+    // Signals are watched from before the inputs open, so an early SIGTERM is not lost.
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(DaemonError::Signals)?;
+    let signal_handle = signals.handle();
+    let (sig_tx, sig_rx) = bounded::<i32>(4);
+    let sig_thread = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                if sig_tx.send(s).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(DaemonError::Thread)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ctx = InputCtx {
+        metrics,
+        pool,
+        to_router,
+        stop: stop.clone(),
+    };
+    let inputs = match Inputs::start(&cfg, &ctx) {
+        Ok(i) => i,
+        Err(e) => {
+            signal_handle.close();
+            let _ = sig_thread.join();
+            status.stop();
+            return Err(e.into());
+        }
+    };
+    // The inputs hold the only senders now: when they end, the router sees the channel
+    // close.
+    drop(ctx);
+    metrics.set_health(Health::InputsOpen);
+    log::info!(
+        "inputs open:{}{}{}",
+        cfg.input
+            .dgram
+            .as_ref()
+            .map_or(String::new(), |d| format!(" datagram {}", d.path.display())),
+        cfg.input
+            .stream
+            .as_ref()
+            .map_or(String::new(), |s| format!(" stream {}", s.path.display())),
+        cfg.input
+            .tcp_port
+            .map_or(String::new(), |p| format!(" tcp 127.0.0.1:{p}")),
+    );
+
+    let fetcher = crate::metadata::spawn(&cfg, metrics, from_router_meta, to_router_meta)
+        .map_err(DaemonError::Thread)?;
+    let (router_done_tx, router_done) = bounded::<()>(1);
+    let router = {
+        let cfg = cfg.clone();
+        std::thread::Builder::new()
+            .name("router".into())
+            .spawn(move || {
+                // Tells the supervisor when the router ends, even by panic.
+                struct Done(crossbeam_channel::Sender<()>);
+                impl Drop for Done {
+                    fn drop(&mut self) {
+                        let _ = self.0.try_send(());
+                    }
+                }
+                let _done = Done(router_done_tx);
+                crate::router::Router::new(
+                    cfg,
+                    metrics,
+                    RouterChannels {
+                        from_inputs,
+                        from_control,
+                        from_status,
+                        to_meta,
+                        from_meta,
+                        to_router: to_router_outcome,
+                        from_dispatchers,
+                    },
+                )
+                .run();
+            })
+            .map_err(DaemonError::Thread)?
+    };
+
+    let died = wait_for_stop(&sig_rx, &router_done, metrics);
+
+    // Stop upstream first: inputs, then the router drains and stops the dispatchers.
+    let deadline = Instant::now() + cfg.delivery.shutdown_max_delay;
+    let _ = to_control.send(Control::Shutdown { deadline });
+    stop.store(true, Ordering::SeqCst);
+    inputs.join();
+    log::info!(
+        "inputs closed; delivering what is held (up to {:?})",
+        cfg.delivery.shutdown_max_delay
+    );
+    // A second signal meanwhile is only logged.
+    let watcher = {
+        let sig_rx = sig_rx.clone();
+        std::thread::Builder::new()
+            .name("signals-late".into())
+            .spawn(move || {
+                while let Ok(s) = sig_rx.recv() {
+                    log::warn!(
+                        "duplicate shutdown request (signal {s}) ignored; shutdown in progress"
+                    );
+                }
+            })
+            .ok()
+    };
+    if router.join().is_err() {
+        log::error!("router thread panicked");
+    }
+    // The fetcher ends when the router drops its channel; it holds no messages, so a
+    // fetch stuck on a dead broker is not waited for.
+    drop(fetcher);
+    signal_handle.close();
+    let _ = sig_thread.join();
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
+    let left = metrics.total_in_flight();
+    status.stop();
+    if died {
+        return Err(DaemonError::RouterDied);
+    }
+    log::info!("stopped ({left} message(s) unaccounted)");
+    Ok(())
+}
+
+/// Blocks until SIGTERM/SIGINT (false) or the router's unexpected end (true).
+fn wait_for_stop(sig_rx: &Receiver<i32>, router_done: &Receiver<()>, metrics: &Metrics) -> bool {
+    select! {
+        recv(sig_rx) -> s => {
+            metrics.inc(Counter::GotShutdownRequest);
+            log::info!("signal {} received: shutting down", s.unwrap_or(0));
+            false
+        }
+        recv(router_done) -> _ => {
+            log::error!("router stopped unexpectedly; shutting down");
+            true
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The UNIX datagram input, the main path: one message per datagram. The thread blocks in
+//! `recv` (waking every [`STOP_POLL`] to look at the stop flag), then drains whatever else
+//! is already queued without blocking, and hands the lot to the router in one send.
+//!
+//! Senders block when the socket's queue is full; on Linux that queue holds
+//! `net.unix.max_dgram_qlen` datagrams (often only 10), so a slow daemon slows its clients
+//! rather than losing their messages.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+
+use nix::sys::socket::{recv, MsgFlags};
+
+use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
+use crate::config::UnixSocketConfig;
+use crate::pipeline::INPUT_BATCH_MAX;
+
+/// A bound datagram socket whose thread is running; stopping removes the socket file.
+pub struct DatagramInput {
+    path: PathBuf,
+    thread: JoinHandle<()>,
+}
+
+impl DatagramInput {
+    /// Binds the socket (replacing a stale file) and starts the thread.
+    pub fn start(
+        cfg: &UnixSocketConfig,
+        max_msg_size: usize,
+        ctx: InputCtx,
+    ) -> Result<DatagramInput, InputError> {
+        remove_stale(&cfg.path)?;
+        let sock = UnixDatagram::bind(&cfg.path).map_err(|source| InputError::Bind {
+            what: "datagram socket",
+            addr: cfg.path.display().to_string(),
+            source,
+        })?;
+        set_mode(&cfg.path, cfg.mode)?;
+        sock.set_read_timeout(Some(STOP_POLL))
+            .map_err(|source| InputError::Bind {
+                what: "datagram socket",
+                addr: cfg.path.display().to_string(),
+                source,
+            })?;
+        let thread = std::thread::Builder::new()
+            .name("input-dgram".into())
+            .spawn({
+                let path = cfg.path.clone();
+                move || run(sock, &path, max_msg_size, ctx)
+            })
+            .map_err(InputError::Thread)?;
+        Ok(DatagramInput {
+            path: cfg.path.clone(),
+            thread,
+        })
+    }
+
+    /// Waits for the thread (the caller has set the stop flag); the thread removes the
+    /// socket file before it takes the last queued datagrams.
+    pub fn join(self) {
+        if self.thread.join().is_err() {
+            log::error!("datagram input thread panicked");
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Most datagrams taken after the stop flag is seen (connected clients could otherwise
+/// keep the drain going for ever).
+const STOP_DRAIN_MAX: usize = 100_000;
+
+fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: InputCtx) {
+    let mut buf = vec![0u8; max_msg_size];
+    let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
+    let fd = sock.as_raw_fd();
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(n) => ctx.accept(&buf[..n], Source::Datagram, &mut out),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                if ctx.stopping() {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                log::error!("datagram input: recv failed: {e}");
+                if ctx.stopping() {
+                    break;
+                }
+                continue;
+            }
+        }
+        // Drain what is already queued, without blocking, up to one batch.
+        while out.len() < INPUT_BATCH_MAX {
+            match recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(n) => ctx.accept(&buf[..n], Source::Datagram, &mut out),
+                Err(_) => break,
+            }
+        }
+        ctx.flush(&mut out);
+    }
+    // Stopping: no new clients can find the socket, then take what clients already
+    // queued, so nothing the kernel accepted is dropped unseen.
+    if let Err(e) = std::fs::remove_file(path) {
+        log::warn!("cannot remove {}: {e}", path.display());
+    }
+    for _ in 0..STOP_DRAIN_MAX {
+        let Ok(n) = recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) else {
+            break;
+        };
+        ctx.accept(&buf[..n], Source::Datagram, &mut out);
+        if out.len() >= INPUT_BATCH_MAX {
+            ctx.flush(&mut out);
+        }
+    }
+    ctx.flush(&mut out);
+}

@@ -1,0 +1,205 @@
+//! Inputs: the sockets clients write to. One thread per socket (and one per stream
+//! connection); each decodes Dory's client format, counts every message it receives,
+//! copies accepted ones into the pool and hands them to the router in batches.
+
+pub mod datagram;
+pub mod stream;
+pub mod wire;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, NO_TOPIC};
+use crate::pipeline::{Msg, INPUT_BATCH_MAX};
+use crate::pool::Pool;
+use wire::{ClientMsg, Kind, WireError};
+
+/// How often blocked input threads look at the stop flag.
+pub const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Errors opening an input: fatal at start-up, naming the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot remove stale socket file {path}: {source}")]
+    Unlink {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot bind {what} {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot set mode {mode:o} on {path}: {source}")]
+    Chmod {
+        path: PathBuf,
+        mode: u32,
+        source: std::io::Error,
+    },
+    #[error("cannot start input thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Which input a message came through, for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Datagram,
+    UnixStream,
+    Tcp,
+}
+
+/// What every input needs: where messages go and how they are counted.
+#[derive(Clone)]
+pub struct InputCtx {
+    pub metrics: &'static Metrics,
+    pub pool: &'static Pool,
+    pub to_router: Sender<Vec<Msg>>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl InputCtx {
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Decodes one client message and, if valid and there is pool room, appends it to
+    /// `out`. Every outcome is counted: received, and either queued or discarded.
+    pub fn accept(&self, bytes: &[u8], source: Source, out: &mut Vec<Msg>) {
+        let m = self.metrics;
+        match wire::parse(bytes) {
+            Ok(msg) => self.accept_parsed(msg, source, out),
+            Err(e) => {
+                m.received(NO_TOPIC, 1);
+                match e {
+                    WireError::Malformed(_) => {
+                        m.inc(Counter::InputAgentDiscardMsgMalformed);
+                        m.input_discard(DiscardReason::Malformed, bytes);
+                    }
+                    WireError::UnsupportedApiKey(_) => {
+                        m.inc(Counter::InputAgentDiscardMsgUnsupportedApiKey);
+                        m.input_discard(DiscardReason::UnsupportedApiKey, bytes);
+                    }
+                    WireError::UnsupportedVersion { api_key, version } => {
+                        m.inc(if api_key == wire::API_KEY_PARTITION_KEY {
+                            Counter::InputAgentDiscardPartitionKeyMsgUnsupportedApiVersion
+                        } else {
+                            Counter::InputAgentDiscardAnyPartitionMsgUnsupportedApiVersion
+                        });
+                        m.unsupported_version(version, bytes);
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept_parsed(&self, msg: ClientMsg<'_>, source: Source, out: &mut Vec<Msg>) {
+        let m = self.metrics;
+        m.inc(match msg.kind {
+            Kind::AnyPartition => Counter::InputAgentProcessAnyPartitionMsg,
+            Kind::PartitionKey(_) => Counter::InputAgentProcessPartitionKeyMsg,
+        });
+        let Some(topic) = m.topic_id(msg.topic) else {
+            // The topic table is full (a client inventing topic names): count it under "".
+            m.received(NO_TOPIC, 1);
+            m.discarded(
+                NO_TOPIC,
+                DiscardReason::BadTopic,
+                1,
+                msg.timestamp,
+                msg.timestamp,
+            );
+            return;
+        };
+        m.received(topic, 1);
+        let len = msg.key.len() + msg.value.len();
+        let Some(mut payload) = self.pool.alloc(len) else {
+            m.inc(Counter::InputAgentDiscardMsgNoMem);
+            m.discarded(
+                topic,
+                DiscardReason::NoMemory,
+                1,
+                msg.timestamp,
+                msg.timestamp,
+            );
+            return;
+        };
+        payload.write_at(0, msg.key);
+        payload.write_at(msg.key.len(), msg.value);
+        m.inc(Counter::MsgCreate);
+        m.inc(match source {
+            Source::Datagram => Counter::UnixDgInputAgentForwardMsg,
+            Source::UnixStream => Counter::UnixStreamInputForwardMsg,
+            Source::Tcp => Counter::TcpInputForwardMsg,
+        });
+        m.queue_add(topic, QueueState::New, 1);
+        out.push(Msg {
+            topic,
+            partition_key: match msg.kind {
+                Kind::AnyPartition => None,
+                Kind::PartitionKey(k) => Some(k),
+            },
+            timestamp: msg.timestamp,
+            arrival: Instant::now(),
+            payload,
+            key_len: u32::try_from(msg.key.len())
+                .expect("a key fits in a client message, so in u32"),
+            failed_attempts: 0,
+            maybe_sent: false,
+        });
+    }
+
+    /// Hands a batch to the router (blocking while its queue is full: backpressure).
+    pub fn flush(&self, out: &mut Vec<Msg>) {
+        if out.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(out, Vec::with_capacity(INPUT_BATCH_MAX));
+        if let Err(e) = self.to_router.send(batch) {
+            // Only if the router died: count the loss rather than hide it.
+            let msgs = e.into_inner();
+            log::error!("router is gone; discarding {} message(s)", msgs.len());
+            for msg in msgs {
+                self.metrics.queue_add(msg.topic, QueueState::New, -1);
+                self.metrics.discarded(
+                    msg.topic,
+                    DiscardReason::Shutdown,
+                    1,
+                    msg.timestamp,
+                    msg.timestamp,
+                );
+            }
+        }
+    }
+}
+
+/// Removes a stale socket file (any file at `path`); a missing one is fine.
+pub fn remove_stale(path: &Path) -> Result<(), InputError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(InputError::Unlink {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Applies the configured permission bits to a socket file.
+pub fn set_mode(path: &Path, mode: Option<u32>) -> Result<(), InputError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(mode) = mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(
+            |source| InputError::Chmod {
+                path: path.to_path_buf(),
+                mode,
+                source,
+            },
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! Every type that crosses a channel between roles, and every channel capacity, so the
+//! whole data flow reads on one screen:
+//!
+//! ```text
+//! inputs ──Vec<Msg>──▶ router ──Batch──▶ dispatcher (one per broker)
+//!   ▲ pool leases        ▲  ▲                 │
+//!   │                    │  └──Outcome────────┘  (retry / reroute; delivered and discarded
+//!   │                    │                         messages are counted where they end)
+//!   │                    └──MetaResponse── metadata fetcher ◀──MetaRequest── router
+//!   └── supervisor: signals, Control::Shutdown to the router, stop flags to inputs
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::metrics::TopicId;
+use crate::pool::Lease;
+
+/// Messages an input hands over in one channel send (inputs batch what is already queued
+/// in the socket, so the per-message channel cost is amortised).
+pub const INPUT_BATCH_MAX: usize = 64;
+/// Capacity of the inputs → router channel, in input batches.
+pub const INPUT_CHANNEL_CAP: usize = 1024;
+/// Capacity of each router → dispatcher channel, in batches.
+pub const DISPATCH_CHANNEL_CAP: usize = 256;
+/// Capacity of the dispatchers → router outcome channel.
+pub const OUTCOME_CHANNEL_CAP: usize = 1024;
+/// Capacity of the router ↔ metadata fetcher channels.
+pub const META_CHANNEL_CAP: usize = 16;
+/// Capacity of the status → router request channel.
+pub const STATUS_CHANNEL_CAP: usize = 16;
+
+/// One client message, from the moment an input accepted it until it is acknowledged or
+/// discarded. Its key and value live in the pool; dropping the message frees them.
+#[derive(Debug)]
+pub struct Msg {
+    pub topic: TopicId,
+    /// `Some` for Dory PartitionKey messages: the client's key for partition choice.
+    pub partition_key: Option<i32>,
+    /// The client's timestamp (ms since the epoch): the Kafka record's CreateTime.
+    pub timestamp: i64,
+    /// When the input accepted it: starts the batch clock (not the client's timestamp).
+    pub arrival: Instant,
+    /// Key bytes followed by value bytes.
+    pub payload: Lease,
+    pub key_len: u32,
+    /// Failed delivery attempts so far (error acknowledgements).
+    pub failed_attempts: u32,
+    /// Fully written to a connection that was lost before the broker answered: a resend
+    /// may duplicate it.
+    pub maybe_sent: bool,
+}
+
+impl Msg {
+    pub fn key_len(&self) -> usize {
+        self.key_len as usize
+    }
+    pub fn value_len(&self) -> usize {
+        self.payload.len() - self.key_len as usize
+    }
+    /// Bytes as Dory's batching limits count them: key + value, at least 1.
+    pub fn batch_size(&self) -> usize {
+        self.payload.len().max(1)
+    }
+}
+
+/// Messages bound for one partition of one topic.
+#[derive(Debug)]
+pub struct Batch {
+    pub topic: TopicId,
+    pub partition: i32,
+    pub msgs: Vec<Msg>,
+}
+
+impl Batch {
+    pub fn payload_bytes(&self) -> usize {
+        self.msgs.iter().map(|m| m.payload.len()).sum()
+    }
+    pub fn min_max_ts(&self) -> (i64, i64) {
+        self.msgs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), m| {
+            (lo.min(m.timestamp), hi.max(m.timestamp))
+        })
+    }
+}
+
+/// Why a dispatcher hands messages back to the router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnReason {
+    /// Kafka said to send them again to the same broker (e.g. CORRUPT_MESSAGE).
+    Retry,
+    /// A transient broker condition: resend after a backoff.
+    Backoff,
+    /// Leadership or partition availability changed: refresh metadata, then reroute.
+    Reroute,
+    /// The connection failed or could not be made; route again once metadata is fresh.
+    ConnectionLost,
+    /// The dispatcher is stopping (shutdown) with these still unsent or unacknowledged.
+    Stopped,
+}
+
+/// Dispatcher → router.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Messages to route again.
+    Returned {
+        broker: i32,
+        reason: ReturnReason,
+        batches: Vec<Batch>,
+    },
+    /// The connection to `broker` is usable (true) or lost (false).
+    Connection { broker: i32, up: bool },
+    /// The dispatcher finished `n` batches (acknowledged or discarded): room in its queue.
+    Finished { broker: i32, n: usize },
+}
+
+/// Router → metadata fetcher.
+#[derive(Debug, Clone)]
+pub struct MetaRequest {
+    /// `None`: every topic. `Some`: just these (and ask for auto-creation if `autocreate`).
+    pub topics: Option<Vec<Arc<[u8]>>>,
+    pub autocreate: bool,
+}
+
+/// Metadata fetcher → router.
+#[derive(Debug)]
+pub struct MetaResponse {
+    pub request: MetaRequest,
+    pub result: Result<crate::kafka::MetadataResponse, String>,
+}
+
+/// Supervisor → router.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// Stop: inputs are closing; deliver what is held until `deadline`, then discard.
+    Shutdown { deadline: Instant },
+}

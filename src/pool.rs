@@ -1,0 +1,677 @@
+//! The preallocated message pool (behaviour spec §9): the key and value bytes of every
+//! buffered message live in one arena of 128-byte blocks allocated at start, so memory use is
+//! fixed up front and input threads never touch the heap per message.
+//!
+//! Design: the arena holds `blocks × 128` payload bytes; the chain links live in a separate
+//! `next` array so a block carries a full 128 bytes of payload. Free blocks form an intrusive
+//! singly linked list behind a `Mutex`. Allocating `n` blocks detaches the first `n` entries
+//! of the free list, which are already chained; freeing splices a whole chain back in O(1)
+//! because a [`Lease`] remembers its tail. The only work done under the lock is that splice,
+//! or the walk over the `n` links being detached.
+//!
+//! Ownership: every block is at any moment either on the free list (touched only under the
+//! lock) or in exactly one [`Lease`] (touched only through that lease: `&mut` to write, `&`
+//! to read). That invariant is what makes the unsafe arena accesses below sound.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// End of a chain (and of the free list).
+const NIL: u32 = u32::MAX;
+
+/// Byte written over the whole arena at start. Not zero on purpose: a zero fill may be turned
+/// into lazily mapped zero pages (`calloc`), which would not commit the memory now.
+const FILL: u8 = 0xA5;
+
+/// Errors creating the pool; both are fatal at start.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("message pool of {bytes} bytes is too large (at most {max} bytes)")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("cannot allocate message pool of {bytes} bytes")]
+    Alloc { bytes: usize },
+}
+
+/// The process-wide message pool. Created once by [`Pool::new_static`] and never freed.
+pub struct Pool {
+    /// `blocks * BLOCK_SIZE` initialised bytes, leaked: valid for the life of the process.
+    arena: NonNull<u8>,
+    /// `next[b]` is the block after `b` in its chain (a lease's or the free list), or `NIL`.
+    /// Atomic only so that sharing the array needs no unsafe code; every access is `Relaxed`
+    /// because ordering comes from the free-list mutex and from handing leases over channels.
+    next: Box<[AtomicU32]>,
+    blocks: usize,
+    free: Mutex<FreeList>,
+    /// Copy of `free.len`, so metrics can read it without the lock.
+    free_blocks: AtomicUsize,
+}
+
+struct FreeList {
+    head: u32,
+    len: usize,
+}
+
+// SAFETY: `Pool` is `!Send`/`!Sync` only because of the raw `arena` pointer. The arena is
+// never freed, and its bytes are reached only through `Lease`, each block by at most one
+// lease at a time (see the module doc): writes need `&mut Lease`, reads `&Lease`, so Rust's
+// aliasing rules hold per block. All other state is atomics or behind the mutex.
+unsafe impl Send for Pool {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// Size of one block; every message occupies at least one.
+    pub const BLOCK_SIZE: usize = 128;
+
+    /// Allocates a pool of `max(1, capacity_bytes / 128)` blocks, commits every page of it
+    /// (so a lack of memory shows now, not later), and leaks it: the pool lives for the
+    /// rest of the process.
+    pub fn new_static(capacity_bytes: usize) -> Result<&'static Pool, PoolError> {
+        let blocks = (capacity_bytes / Self::BLOCK_SIZE).max(1);
+        // Block indices must stay below `NIL`.
+        let max_blocks = NIL as usize;
+        if blocks > max_blocks {
+            return Err(PoolError::TooLarge {
+                bytes: capacity_bytes,
+                max: max_blocks * Self::BLOCK_SIZE,
+            });
+        }
+        let bytes = blocks * Self::BLOCK_SIZE;
+        let alloc_err = |_| PoolError::Alloc { bytes };
+
+        let mut arena: Vec<u8> = Vec::new();
+        arena.try_reserve_exact(bytes).map_err(alloc_err)?;
+        // Writing every byte commits every page now (see `FILL`).
+        arena.resize(bytes, FILL);
+        let mut next: Vec<AtomicU32> = Vec::new();
+        next.try_reserve_exact(blocks).map_err(alloc_err)?;
+        // Initially the free list is every block in order: 0 -> 1 -> ... -> blocks-1.
+        next.extend((1..blocks).map(|b| AtomicU32::new(index(b))));
+        next.push(AtomicU32::new(NIL));
+
+        let arena = NonNull::new(Box::into_raw(arena.into_boxed_slice()).cast::<u8>())
+            .expect("Box::into_raw never returns null");
+        Ok(Box::leak(Box::new(Pool {
+            arena,
+            next: next.into_boxed_slice(),
+            blocks,
+            free: Mutex::new(FreeList {
+                head: 0,
+                len: blocks,
+            }),
+            free_blocks: AtomicUsize::new(blocks),
+        })))
+    }
+
+    /// Takes the blocks for a message of `len` bytes (at least one block, even for zero).
+    /// `None` if not enough blocks are free: the caller discards the new message; nothing
+    /// already buffered is ever evicted.
+    ///
+    /// Holds the pool lock while walking the `ceil(len / 128)` links being detached.
+    pub fn alloc(&'static self, len: usize) -> Option<Lease> {
+        let needed = blocks_for(len);
+        let mut free = self.lock_free_list();
+        if needed > free.len {
+            return None;
+        }
+        let head = free.head;
+        let mut tail = head;
+        for _ in 1..needed {
+            tail = self.link(tail);
+        }
+        free.head = self.link(tail);
+        free.len -= needed;
+        self.free_blocks.store(free.len, Ordering::Relaxed);
+        drop(free);
+        // `tail` is ours now; cut its link into the free list so no walk can follow it.
+        self.set_link(tail, NIL);
+        Some(Lease {
+            pool: self,
+            head,
+            tail,
+            len,
+        })
+    }
+
+    /// Returns many leases to the pool taking the lock once: the chains are linked together
+    /// outside the lock, then spliced in with one O(1) operation. Dropping a `Lease` frees it
+    /// too (one lock each); use this where leases are released in batches.
+    pub fn free_many(&'static self, leases: impl IntoIterator<Item = Lease>) {
+        // Released on drop, so the blocks gathered so far return even if `leases` panics.
+        let mut batch = Batch {
+            pool: self,
+            head: NIL,
+            tail: NIL,
+            blocks: 0,
+        };
+        for lease in leases {
+            if !std::ptr::eq(lease.pool, self) {
+                // Belongs to another pool: let it free itself there.
+                drop(lease);
+                continue;
+            }
+            let lease = ManuallyDrop::new(lease);
+            if batch.head == NIL {
+                batch.tail = lease.tail;
+            } else {
+                self.set_link(lease.tail, batch.head);
+            }
+            batch.head = lease.head;
+            batch.blocks += blocks_for(lease.len);
+        }
+    }
+
+    /// Total size of the pool: blocks × 128.
+    pub fn capacity_bytes(&self) -> usize {
+        self.blocks * Self::BLOCK_SIZE
+    }
+
+    /// Bytes in free blocks (lock-free read, for metrics).
+    pub fn free_bytes(&self) -> usize {
+        self.free_blocks.load(Ordering::Relaxed) * Self::BLOCK_SIZE
+    }
+
+    /// Bytes in leased blocks, at block granularity.
+    pub fn used_bytes(&self) -> usize {
+        self.capacity_bytes() - self.free_bytes()
+    }
+
+    /// Splices the chain `head..=tail` of `blocks` blocks onto the front of the free list.
+    fn release(&self, head: u32, tail: u32, blocks: usize) {
+        let mut free = self.lock_free_list();
+        self.set_link(tail, free.head);
+        free.head = head;
+        free.len += blocks;
+        self.free_blocks.store(free.len, Ordering::Relaxed);
+    }
+
+    fn lock_free_list(&self) -> MutexGuard<'_, FreeList> {
+        // Nothing under this lock can panic, so a poisoned lock still guards a consistent
+        // free list.
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn link(&self, block: u32) -> u32 {
+        self.next[block as usize].load(Ordering::Relaxed)
+    }
+
+    fn set_link(&self, block: u32, next: u32) {
+        self.next[block as usize].store(next, Ordering::Relaxed);
+    }
+
+    /// Start of `block` in the arena.
+    fn block_ptr(&self, block: u32) -> *mut u8 {
+        let block = block as usize;
+        assert!(block < self.blocks, "block index lies within the arena");
+        // SAFETY: `block < blocks`, so the offset stays inside the arena allocation.
+        unsafe { self.arena.as_ptr().add(block * Self::BLOCK_SIZE) }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("capacity_bytes", &self.capacity_bytes())
+            .field("free_bytes", &self.free_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Blocks taken by a message of `len` bytes.
+fn blocks_for(len: usize) -> usize {
+    len.div_ceil(Pool::BLOCK_SIZE).max(1)
+}
+
+fn index(block: usize) -> u32 {
+    u32::try_from(block).expect("block count was checked against NIL at start")
+}
+
+/// A chain of blocks on its way back to the free list.
+struct Batch {
+    pool: &'static Pool,
+    head: u32,
+    tail: u32,
+    blocks: usize,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if self.head != NIL {
+            self.pool.release(self.head, self.tail, self.blocks);
+        }
+    }
+}
+
+/// The pool blocks holding one message's key+value bytes. Owns its blocks: not `Clone`,
+/// and dropping it returns them to the pool.
+pub struct Lease {
+    pool: &'static Pool,
+    head: u32,
+    tail: u32,
+    len: usize,
+}
+
+impl Lease {
+    /// Length in bytes asked for at allocation.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `data` into the lease at `offset`. Walks the chain from the start, so write
+    /// each field once (key, then value) rather than byte by byte.
+    ///
+    /// Panics if `offset + data.len() > self.len()`: the caller sized the lease.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.check_range(offset, data.len());
+        if data.is_empty() {
+            return;
+        }
+        let mut block = self.nth_block(offset / Pool::BLOCK_SIZE);
+        let mut at = offset % Pool::BLOCK_SIZE;
+        let mut rest = data;
+        loop {
+            let n = rest.len().min(Pool::BLOCK_SIZE - at);
+            let (now, later) = rest.split_at(n);
+            self.block_mut(block)[at..at + n].copy_from_slice(now);
+            rest = later;
+            if rest.is_empty() {
+                return;
+            }
+            block = self.pool.link(block);
+            at = 0;
+        }
+    }
+
+    /// The bytes `[start, start + len)` as consecutive slices, one per block touched.
+    ///
+    /// Panics if the range is not within `0..self.len()`.
+    pub fn chunks(&self, start: usize, len: usize) -> Chunks<'_> {
+        self.check_range(start, len);
+        let block = if len == 0 {
+            // Nothing will be read; `start` may even be one past the last block.
+            NIL
+        } else {
+            self.nth_block(start / Pool::BLOCK_SIZE)
+        };
+        Chunks {
+            lease: self,
+            block,
+            at: start % Pool::BLOCK_SIZE,
+            remaining: len,
+        }
+    }
+
+    /// Appends the bytes `[start, start + len)` to `out`.
+    ///
+    /// Panics if the range is not within `0..self.len()`.
+    pub fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) {
+        out.reserve(len);
+        for chunk in self.chunks(start, len) {
+            out.extend_from_slice(chunk);
+        }
+    }
+
+    /// All bytes of the lease in a new `Vec` (tests, discard samples).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        self.copy_to(0, self.len, &mut out);
+        out
+    }
+
+    fn check_range(&self, start: usize, len: usize) {
+        let end = start.checked_add(len);
+        assert!(
+            end.is_some_and(|end| end <= self.len),
+            "byte range {start}+{len} lies within the lease of {} bytes",
+            self.len
+        );
+    }
+
+    /// The `n`-th block of this lease's chain; `n` must be below its block count.
+    fn nth_block(&self, n: usize) -> u32 {
+        debug_assert!(n < blocks_for(self.len));
+        let mut block = self.head;
+        for _ in 0..n {
+            block = self.pool.link(block);
+        }
+        block
+    }
+
+    /// `block` must belong to this lease's chain.
+    fn block_ref(&self, block: u32) -> &[u8; Pool::BLOCK_SIZE] {
+        debug_assert_ne!(block, NIL);
+        // SAFETY: the pointer is in bounds (`block_ptr` checks) and the arena is never
+        // freed. `block` is in this lease's chain (all callers reach it by walking from
+        // `head`), so no other lease and no free-list code touches these bytes, and the
+        // only writer, `block_mut`, needs `&mut self`, which cannot coexist with this `&`.
+        unsafe { &*self.pool.block_ptr(block).cast::<[u8; Pool::BLOCK_SIZE]>() }
+    }
+
+    /// `block` must belong to this lease's chain.
+    fn block_mut(&mut self, block: u32) -> &mut [u8; Pool::BLOCK_SIZE] {
+        debug_assert_ne!(block, NIL);
+        // SAFETY: as in `block_ref`; `&mut self` makes this the only live reference to
+        // the block's bytes.
+        unsafe { &mut *self.pool.block_ptr(block).cast::<[u8; Pool::BLOCK_SIZE]>() }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool
+            .release(self.head, self.tail, blocks_for(self.len));
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("len", &self.len)
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Iterator over a byte range of a [`Lease`], one slice per block; see [`Lease::chunks`].
+#[derive(Debug)]
+pub struct Chunks<'a> {
+    lease: &'a Lease,
+    block: u32,
+    /// Offset of the next byte within `block`.
+    at: usize,
+    remaining: usize,
+}
+
+impl<'a> Iterator for Chunks<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let n = self.remaining.min(Pool::BLOCK_SIZE - self.at);
+        let chunk = &self.lease.block_ref(self.block)[self.at..self.at + n];
+        self.remaining -= n;
+        if self.remaining > 0 {
+            self.block = self.lease.pool.link(self.block);
+            self.at = 0;
+        }
+        Some(chunk)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.at + self.remaining).div_ceil(Pool::BLOCK_SIZE);
+        let n = if self.remaining == 0 { 0 } else { n };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Chunks<'_> {}
+
+impl std::iter::FusedIterator for Chunks<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    const B: usize = Pool::BLOCK_SIZE;
+
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        // Cheap xorshift so every message's bytes differ.
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn filled(pool: &'static Pool, data: &[u8]) -> Lease {
+        let mut lease = pool.alloc(data.len()).expect("pool has room");
+        lease.write_at(0, data);
+        lease
+    }
+
+    #[test]
+    fn send_and_sync() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<Lease>();
+        sync::<Pool>();
+        send::<&'static Pool>();
+    }
+
+    #[test]
+    fn capacity_rounds_down_to_blocks_with_at_least_one() {
+        assert_eq!(Pool::new_static(0).unwrap().capacity_bytes(), B);
+        assert_eq!(Pool::new_static(127).unwrap().capacity_bytes(), B);
+        assert_eq!(Pool::new_static(300).unwrap().capacity_bytes(), 2 * B);
+        let pool = Pool::new_static(1 << 20).unwrap();
+        assert_eq!(pool.capacity_bytes(), 1 << 20);
+        assert_eq!(pool.free_bytes(), 1 << 20);
+        assert_eq!(pool.used_bytes(), 0);
+    }
+
+    #[test]
+    fn zero_length_message_takes_one_block() {
+        let pool = Pool::new_static(4 * B).unwrap();
+        let lease = pool.alloc(0).unwrap();
+        assert!(lease.is_empty());
+        assert_eq!(lease.len(), 0);
+        assert_eq!(pool.used_bytes(), B);
+        assert!(lease.to_vec().is_empty());
+        assert_eq!(lease.chunks(0, 0).count(), 0);
+        drop(lease);
+        assert_eq!(pool.used_bytes(), 0);
+    }
+
+    #[test]
+    fn block_accounting_by_length() {
+        let pool = Pool::new_static(64 * B).unwrap();
+        for (len, blocks) in [(1, 1), (127, 1), (128, 1), (129, 2), (256, 2), (257, 3)] {
+            let lease = pool.alloc(len).unwrap();
+            assert_eq!(pool.used_bytes(), blocks * B, "len {len}");
+            drop(lease);
+        }
+    }
+
+    #[test]
+    fn alloc_until_exhausted_then_free_restores_capacity() {
+        let pool = Pool::new_static(10 * B).unwrap();
+        let mut leases: Vec<Lease> = (0..5).map(|_| pool.alloc(200).unwrap()).collect();
+        assert_eq!(pool.free_bytes(), 0);
+        assert!(pool.alloc(0).is_none());
+        assert!(pool.alloc(1).is_none());
+        // Freeing one 2-block lease allows exactly one 2-block message again.
+        leases.pop();
+        assert!(pool.alloc(257).is_none());
+        let again = pool.alloc(256).unwrap();
+        assert!(pool.alloc(0).is_none());
+        drop(again);
+        drop(leases);
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        // The whole pool as one message.
+        let all = pool.alloc(10 * B).unwrap();
+        assert!(pool.alloc(0).is_none());
+        drop(all);
+        assert!(pool.alloc(10 * B + 1).is_none());
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+    }
+
+    #[test]
+    fn free_many_returns_everything_and_blocks_are_reusable() {
+        let pool = Pool::new_static(16 * B).unwrap();
+        let leases: Vec<Lease> = [0, 1, 300, 128, 1000]
+            .iter()
+            .map(|&n| pool.alloc(n).unwrap())
+            .collect();
+        assert_eq!(pool.used_bytes(), (1 + 1 + 3 + 1 + 8) * B);
+        pool.free_many(leases);
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        pool.free_many(Vec::new());
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        // The rebuilt free list must be a proper chain of all 16 blocks.
+        let data = pattern(7, 16 * B);
+        let lease = filled(pool, &data);
+        assert_eq!(lease.to_vec(), data);
+    }
+
+    #[test]
+    fn free_many_hands_foreign_leases_back_to_their_own_pool() {
+        let a = Pool::new_static(4 * B).unwrap();
+        let b = Pool::new_static(4 * B).unwrap();
+        let leases = vec![a.alloc(10).unwrap(), b.alloc(300).unwrap()];
+        a.free_many(leases);
+        assert_eq!(a.free_bytes(), a.capacity_bytes());
+        assert_eq!(b.free_bytes(), b.capacity_bytes());
+    }
+
+    #[test]
+    fn chunks_follow_block_boundaries() {
+        let pool = Pool::new_static(8 * B).unwrap();
+        let data = pattern(1, 3 * B);
+        let lease = filled(pool, &data);
+        let lens: Vec<usize> = lease.chunks(0, 3 * B).map(<[u8]>::len).collect();
+        assert_eq!(lens, [B, B, B]);
+        let lens: Vec<usize> = lease.chunks(100, 200).map(<[u8]>::len).collect();
+        assert_eq!(lens, [28, 128, 44]);
+        assert_eq!(lease.chunks(100, 200).len(), 3);
+        // An empty range at the very end is fine, even on a block boundary.
+        assert_eq!(lease.chunks(3 * B, 0).count(), 0);
+        let mut out = vec![9];
+        lease.copy_to(B - 1, 2, &mut out);
+        assert_eq!(out, [9, data[B - 1], data[B]]);
+    }
+
+    #[test]
+    #[should_panic(expected = "lies within the lease")]
+    fn write_past_the_end_panics() {
+        let pool = Pool::new_static(4 * B).unwrap();
+        let mut lease = pool.alloc(10).unwrap();
+        lease.write_at(5, &[0; 6]);
+    }
+
+    #[test]
+    #[should_panic(expected = "lies within the lease")]
+    fn read_past_the_end_panics() {
+        let pool = Pool::new_static(4 * B).unwrap();
+        let lease = pool.alloc(10).unwrap();
+        let _ = lease.chunks(usize::MAX, 2);
+    }
+
+    #[test]
+    fn oversized_pool_is_refused() {
+        assert!(matches!(
+            Pool::new_static(usize::MAX),
+            Err(PoolError::TooLarge { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn contents_roundtrip_across_blocks(
+            len in 0usize..2000,
+            seed in any::<u64>(),
+            cut in any::<prop::sample::Index>(),
+            range in any::<(prop::sample::Index, prop::sample::Index)>(),
+        ) {
+            let pool = Pool::new_static(32 * B).unwrap();
+            let data = pattern(seed, len);
+            let mut lease = pool.alloc(len).unwrap();
+            // Two writes split at an arbitrary point, the second first.
+            let cut = if len == 0 { 0 } else { cut.index(len + 1) };
+            lease.write_at(cut, &data[cut..]);
+            lease.write_at(0, &data[..cut]);
+            prop_assert_eq!(lease.to_vec(), data.clone());
+
+            let (a, b) = if len == 0 { (0, 0) } else { (range.0.index(len + 1), range.1.index(len + 1)) };
+            let (start, end) = (a.min(b), a.max(b));
+            let mut out = Vec::new();
+            lease.copy_to(start, end - start, &mut out);
+            prop_assert_eq!(&out[..], &data[start..end]);
+            let joined: Vec<u8> = lease.chunks(start, end - start).flatten().copied().collect();
+            prop_assert_eq!(&joined[..], &data[start..end]);
+            prop_assert!(lease.chunks(start, end - start).all(|c| !c.is_empty() && c.len() <= B));
+
+            drop(lease);
+            prop_assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        }
+    }
+
+    /// Several threads allocate, fill, verify and free concurrently from a pool small enough
+    /// to run dry; some leases are freed by a different thread than the one that made them.
+    #[test]
+    fn concurrent_stress_keeps_contents_and_accounting() {
+        const THREADS: u64 = 4;
+        const ITERATIONS: u64 = 3000;
+        let pool = Pool::new_static(256 * B).unwrap();
+        let (to_freer, from_workers) = crossbeam_channel::bounded::<(Lease, Vec<u8>)>(64);
+
+        let freer = std::thread::spawn(move || {
+            let mut batch = Vec::new();
+            for (lease, expected) in from_workers {
+                assert_eq!(lease.to_vec(), expected, "corrupted while in flight");
+                batch.push(lease);
+                if batch.len() == 8 {
+                    pool.free_many(batch.drain(..));
+                }
+            }
+            pool.free_many(batch);
+        });
+
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let to_freer = to_freer.clone();
+                std::thread::spawn(move || {
+                    let mut held: VecDeque<(Lease, Vec<u8>)> = VecDeque::new();
+                    let mut failures = 0u64;
+                    for i in 0..ITERATIONS {
+                        let seed = t * 1_000_000 + i;
+                        let len = (pattern(seed, 2)[0] as usize * 7 + i as usize) % 1500;
+                        let data = pattern(seed, len);
+                        match pool.alloc(len) {
+                            Some(mut lease) => {
+                                lease.write_at(0, &data);
+                                if i % 3 == 0 {
+                                    to_freer.send((lease, data)).unwrap();
+                                } else {
+                                    held.push_back((lease, data));
+                                }
+                            }
+                            None => failures += 1,
+                        }
+                        while held.len() > 6 || (failures > 0 && !held.is_empty()) {
+                            let (lease, expected) = held.pop_front().unwrap();
+                            assert_eq!(lease.to_vec(), expected, "corrupted while held");
+                            failures = failures.saturating_sub(1);
+                        }
+                    }
+                    for (lease, expected) in held {
+                        assert_eq!(lease.to_vec(), expected, "corrupted at the end");
+                    }
+                })
+            })
+            .collect();
+        drop(to_freer);
+        for w in workers {
+            w.join().unwrap();
+        }
+        freer.join().unwrap();
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        // And the free list is still one intact chain of every block.
+        let data = pattern(99, pool.capacity_bytes());
+        assert_eq!(filled(pool, &data).to_vec(), data);
+    }
+}

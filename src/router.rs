@@ -1,0 +1,1098 @@
+//! The router: owns metadata, validates topics, chooses partitions, batches, hands batches
+//! to the dispatcher of each partition's leader, and takes back what dispatchers could not
+//! deliver (retry, backoff, reroute after a metadata refresh).
+//!
+//! It never blocks on the network: metadata is fetched by a helper thread, and a full
+//! dispatcher queue is absorbed by a per-broker backlog. Every message that enters is
+//! counted as received by the input; the router counts each discard it decides on.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select_biased, Receiver, Sender, TrySendError};
+
+use crate::backoff::{retry_delay, Backoff, Rng};
+use crate::batcher::{OpenBatch, KAFKA_MSG_OVERHEAD};
+use crate::cluster::{Cluster, TopicView};
+use crate::config::Config;
+use crate::dispatcher::{self, DispatcherConfig, DispatcherHandle};
+use crate::metrics::{DiscardReason, Metrics, QueueState, TopicId};
+use crate::pipeline::{
+    Batch, Control, MetaRequest, MetaResponse, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP,
+};
+use crate::status::StatusRequest;
+
+/// How often the router looks at the clock while shutting down.
+const SHUTDOWN_TICK: Duration = Duration::from_millis(20);
+/// How soon a topic that turned out bad is looked up again (messages meanwhile are
+/// discarded at once rather than each triggering a metadata fetch).
+const BAD_TOPIC_MEMORY: Duration = Duration::from_secs(5);
+/// Pause between lookups of a topic being auto-created.
+const TOPIC_LOOKUP_RETRY: Duration = Duration::from_millis(300);
+/// Minimum time between two metadata refreshes caused by errors.
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(250);
+/// How long dispatcher threads may take to stop after the shutdown deadline before the
+/// router stops waiting for them.
+const DISPATCHER_JOIN_GRACE: Duration = Duration::from_secs(2);
+
+/// The router's channel ends.
+pub struct RouterChannels {
+    pub from_inputs: Receiver<Vec<Msg>>,
+    pub from_control: Receiver<Control>,
+    pub from_status: Receiver<StatusRequest>,
+    pub to_meta: Sender<MetaRequest>,
+    pub from_meta: Receiver<MetaResponse>,
+    pub to_router: Sender<Outcome>,
+    pub from_dispatchers: Receiver<Outcome>,
+}
+
+/// What the router knows about a topic it has seen messages for.
+#[derive(Default)]
+struct TopicSlot {
+    name: Option<Arc<[u8]>>,
+    /// The view as of `generation`; refreshed lazily when the cluster view changes.
+    view: Option<TopicView>,
+    generation: u64,
+    rr: usize,
+    lookup: Option<Lookup>,
+    /// Until when the topic counts as bad without asking again.
+    bad_until: Option<Instant>,
+}
+
+/// Messages held while a topic is looked up (or auto-created).
+struct Lookup {
+    since: Instant,
+    /// When to ask the broker again; `None` while a request is outstanding.
+    next_try: Option<Instant>,
+    msgs: Vec<Msg>,
+}
+
+/// Batching key: AnyPartition messages of a topic share one batch (its partition is chosen
+/// when the batch completes); PartitionKey messages batch per partition.
+type BatchKey = (TopicId, Option<i32>);
+
+struct Broker {
+    handle: DispatcherHandle,
+    up: bool,
+    /// Batches in the dispatcher's channel.
+    queued: usize,
+    backlog: VecDeque<Batch>,
+}
+
+enum Event {
+    Control(Control),
+    Outcome(Outcome),
+    Meta(MetaResponse),
+    Input(Vec<Msg>),
+    InputsClosed,
+    Status(StatusRequest),
+    Tick,
+}
+
+pub struct Router {
+    cfg: Arc<Config>,
+    dcfg: Arc<DispatcherConfig>,
+    metrics: &'static Metrics,
+    ch: RouterChannels,
+    inputs_open: bool,
+    cluster: Cluster,
+    have_metadata: bool,
+    topics: Vec<TopicSlot>,
+    batches: HashMap<BatchKey, OpenBatch>,
+    next_batch_expiry: Option<Instant>,
+    brokers: HashMap<i32, Broker>,
+    /// Batches waiting out a retry backoff.
+    delayed: Vec<(Instant, Batch)>,
+    /// Batches waiting for fresh metadata before they are routed again.
+    awaiting_metadata: Vec<Batch>,
+    /// A full metadata fetch is outstanding.
+    full_fetch_in_flight: bool,
+    /// Targeted fetches outstanding.
+    partial_fetches: usize,
+    /// A full fetch is wanted at this time.
+    full_fetch_at: Option<Instant>,
+    last_full_fetch: Option<Instant>,
+    fetch_backoff: Backoff,
+    next_periodic_refresh: Instant,
+    shutdown: Option<Instant>,
+    rng: Rng,
+}
+
+impl Router {
+    pub fn new(cfg: Arc<Config>, metrics: &'static Metrics, ch: RouterChannels) -> Router {
+        let dcfg = Arc::new(DispatcherConfig::from_config(&cfg));
+        let now = Instant::now();
+        let mut rng = Rng::from_entropy();
+        let next_periodic_refresh =
+            now + jittered(cfg.delivery.metadata_refresh_interval, &mut rng);
+        Router {
+            fetch_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
+            cfg,
+            dcfg,
+            metrics,
+            ch,
+            inputs_open: true,
+            cluster: Cluster::default(),
+            have_metadata: false,
+            topics: Vec::new(),
+            batches: HashMap::new(),
+            next_batch_expiry: None,
+            brokers: HashMap::new(),
+            delayed: Vec::new(),
+            awaiting_metadata: Vec::new(),
+            full_fetch_in_flight: false,
+            partial_fetches: 0,
+            full_fetch_at: Some(now),
+            last_full_fetch: None,
+            next_periodic_refresh,
+            shutdown: None,
+            rng,
+        }
+    }
+
+    /// Runs until shutdown completes: inputs closed and everything delivered or discarded.
+    pub fn run(mut self) {
+        loop {
+            self.start_due_fetches();
+            let ev = self.next_event();
+            match ev {
+                Event::Control(Control::Shutdown { deadline }) => {
+                    log::info!("router: shutting down, delivering until the deadline");
+                    self.shutdown = Some(deadline);
+                }
+                Event::Outcome(o) => self.on_outcome(o),
+                Event::Meta(m) => self.on_metadata(m),
+                Event::Input(msgs) => self.on_input(msgs),
+                Event::InputsClosed => {
+                    self.inputs_open = false;
+                    self.flush_all_batches();
+                }
+                Event::Status(StatusRequest::MetadataUpdate) => {
+                    self.want_full_fetch(Instant::now());
+                }
+                Event::Tick => {}
+            }
+            self.on_timers();
+            if self.shutdown_finished() {
+                break;
+            }
+        }
+        self.stop_dispatchers();
+    }
+
+    fn next_event(&mut self) -> Event {
+        let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
+        let timer = crossbeam_channel::after(timeout);
+        let inputs = if self.inputs_open {
+            self.ch.from_inputs.clone()
+        } else {
+            crossbeam_channel::never()
+        };
+        select_biased! {
+            recv(self.ch.from_control) -> c => match c {
+                Ok(c) => Event::Control(c),
+                // The supervisor is gone: treat as a shutdown with the configured delay.
+                Err(_) => {
+                    self.ch.from_control = crossbeam_channel::never();
+                    Event::Control(Control::Shutdown { deadline: Instant::now() + self.cfg.delivery.shutdown_max_delay })
+                }
+            },
+            recv(self.ch.from_dispatchers) -> o => match o {
+                Ok(o) => Event::Outcome(o),
+                Err(_) => Event::Tick,
+            },
+            recv(self.ch.from_meta) -> m => match m {
+                Ok(m) => Event::Meta(m),
+                Err(_) => Event::Tick,
+            },
+            recv(inputs) -> i => match i {
+                Ok(msgs) => Event::Input(msgs),
+                Err(_) => Event::InputsClosed,
+            },
+            recv(self.ch.from_status) -> s => match s {
+                Ok(s) => Event::Status(s),
+                Err(_) => {
+                    self.ch.from_status = crossbeam_channel::never();
+                    Event::Tick
+                }
+            },
+            recv(timer) -> _ => Event::Tick,
+        }
+    }
+
+    fn next_wakeup(&self) -> Instant {
+        let now = Instant::now();
+        let mut t = self.next_periodic_refresh;
+        let mut consider = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = t.min(x);
+            }
+        };
+        consider(self.next_batch_expiry);
+        consider(self.delayed.iter().map(|(at, _)| *at).min());
+        consider(self.full_fetch_at);
+        for slot in &self.topics {
+            if let Some(l) = &slot.lookup {
+                consider(l.next_try);
+                consider(Some(l.since + self.cfg.delivery.unknown_topic_wait));
+            }
+        }
+        if let Some(deadline) = self.shutdown {
+            consider(Some(deadline));
+            consider(Some(now + SHUTDOWN_TICK));
+        }
+        t.max(now)
+    }
+
+    // ----- input -----
+
+    fn slot(&mut self, t: TopicId) -> &mut TopicSlot {
+        let i = t as usize;
+        if self.topics.len() <= i {
+            self.topics.resize_with(i + 1, TopicSlot::default);
+        }
+        &mut self.topics[i]
+    }
+
+    /// The topic's current view, refreshed from the cluster if it changed.
+    fn view(&mut self, t: TopicId) -> Option<&TopicView> {
+        let generation = self.cluster.generation;
+        let metrics = self.metrics;
+        let i = t as usize;
+        if self.topics.len() <= i {
+            self.topics.resize_with(i + 1, TopicSlot::default);
+        }
+        let slot = &mut self.topics[i];
+        let name = slot
+            .name
+            .get_or_insert_with(|| metrics.topic_name(t))
+            .clone();
+        if slot.generation != generation || slot.view.is_none() {
+            slot.view = self.cluster.topics.get(&name).cloned();
+            slot.generation = generation;
+        }
+        slot.view.as_ref()
+    }
+
+    fn on_input(&mut self, msgs: Vec<Msg>) {
+        let now = Instant::now();
+        for m in msgs {
+            self.accept(m, now);
+        }
+    }
+
+    /// Validates a new message and batches it (or holds it while its topic is looked up).
+    fn accept(&mut self, m: Msg, now: Instant) {
+        let t = m.topic;
+        self.metrics.queue_add(t, QueueState::New, -1);
+        if let Some(l) = self.slot(t).lookup.as_mut() {
+            l.msgs.push(m);
+            self.metrics.queue_add(t, QueueState::New, 1);
+            return;
+        }
+        if !self.have_metadata {
+            self.hold_for_lookup(m, now, false);
+            return;
+        }
+        if self.view(t).is_none() {
+            if self.slot(t).bad_until.is_some_and(|u| now < u) {
+                self.discard_msgs(vec![m], DiscardReason::BadTopic);
+            } else {
+                self.hold_for_lookup(m, now, true);
+            }
+            return;
+        }
+        if m.payload.len() + KAFKA_MSG_OVERHEAD > self.cfg.batching.message_max_bytes {
+            let name = self.metrics.topic_name(t);
+            let mut sample = Vec::with_capacity(m.value_len().min(256));
+            m.payload
+                .copy_to(m.key_len(), m.value_len().min(256), &mut sample);
+            self.metrics.too_long_sample(&name, &sample);
+            self.discard_msgs(vec![m], DiscardReason::TooLong);
+            return;
+        }
+        self.route_new(m, now);
+    }
+
+    /// Batches a validated message for a known topic.
+    fn route_new(&mut self, m: Msg, now: Instant) {
+        let t = m.topic;
+        let partition = match self.view(t) {
+            None => {
+                self.hold_for_lookup(m, now, true);
+                return;
+            }
+            Some(v) if !v.has_usable() => {
+                self.discard_msgs(vec![m], DiscardReason::NoAvailablePartitions);
+                return;
+            }
+            Some(v) => match m.partition_key {
+                Some(k) => v.partition_for_key(k),
+                None => None,
+            },
+        };
+        let key = (t, partition);
+        let limits = self.cfg.batching.limits;
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        self.metrics.queue_add(t, QueueState::Batch, 1);
+        let open = self.batches.entry(key).or_default();
+        let was_empty = open.is_empty();
+        let emit = open.add(m, &limits, max_kafka, now);
+        if was_empty || open.is_empty() {
+            if let Some(d) = open.deadline(&limits) {
+                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
+            }
+        }
+        if let Some(msgs) = emit.batch {
+            self.emit(key, msgs);
+        }
+        if let Some(m) = emit.alone {
+            self.emit(key, vec![m]);
+        }
+    }
+
+    /// Holds a message until its topic's metadata is known. `ask` starts a lookup now;
+    /// otherwise the message waits for the initial metadata.
+    fn hold_for_lookup(&mut self, m: Msg, now: Instant, ask: bool) {
+        let t = m.topic;
+        self.metrics.queue_add(t, QueueState::New, 1);
+        let slot = self.slot(t);
+        match slot.lookup.as_mut() {
+            Some(l) => l.msgs.push(m),
+            None => {
+                slot.lookup = Some(Lookup {
+                    since: now,
+                    next_try: ask.then_some(now),
+                    msgs: vec![m],
+                })
+            }
+        }
+    }
+
+    // ----- batches and dispatch -----
+
+    /// A completed batch: choose the partition (AnyPartition) and send it to its leader.
+    fn emit(&mut self, key: BatchKey, msgs: Vec<Msg>) {
+        let (t, partition) = key;
+        let n = msgs.len() as i64;
+        self.metrics.queue_add(t, QueueState::Batch, -n);
+        let partition = match partition {
+            Some(p) => Some(p),
+            None => self.round_robin(t),
+        };
+        match partition {
+            Some(p) => {
+                self.metrics.queue_add(t, QueueState::SendWait, n);
+                self.dispatch(Batch {
+                    topic: t,
+                    partition: p,
+                    msgs,
+                });
+            }
+            None => self.discard_msgs(msgs, DiscardReason::NoAvailablePartitions),
+        }
+    }
+
+    fn round_robin(&mut self, t: TopicId) -> Option<i32> {
+        let up: HashMap<i32, bool> = self.brokers.iter().map(|(id, b)| (*id, b.up)).collect();
+        self.view(t)?;
+        let slot = &mut self.topics[t as usize];
+        let view = slot.view.as_ref()?;
+        view.next_round_robin(&mut slot.rr, |b| up.get(&b).copied().unwrap_or(true))
+    }
+
+    /// Sends a batch (already counted as SendWait) to its partition's leader, or holds it.
+    fn dispatch(&mut self, batch: Batch) {
+        let leader = self
+            .view(batch.topic)
+            .and_then(|v| v.leader_of(batch.partition));
+        let Some(leader) = leader else {
+            // The partition vanished: route it again with fresh metadata.
+            self.awaiting_metadata.push(batch);
+            self.want_full_fetch(Instant::now());
+            return;
+        };
+        if !self.brokers.contains_key(&leader) {
+            let Some(info) = self.cluster.brokers.get(&leader).cloned() else {
+                self.awaiting_metadata.push(batch);
+                self.want_full_fetch(Instant::now());
+                return;
+            };
+            let handle = dispatcher::spawn(
+                leader,
+                info.host,
+                info.port,
+                self.dcfg.clone(),
+                self.metrics,
+                self.ch.to_router.clone(),
+            );
+            self.brokers.insert(
+                leader,
+                Broker {
+                    handle,
+                    up: true,
+                    queued: 0,
+                    backlog: VecDeque::new(),
+                },
+            );
+        }
+        let b = self.brokers.get_mut(&leader).expect("inserted above");
+        if !b.up || !b.backlog.is_empty() || b.queued >= DISPATCH_CHANNEL_CAP {
+            b.backlog.push_back(batch);
+            return;
+        }
+        match b.handle.try_send(batch) {
+            Ok(()) => b.queued += 1,
+            Err(TrySendError::Full(batch)) => b.backlog.push_back(batch),
+            Err(TrySendError::Disconnected(batch)) => {
+                // The dispatcher thread ended (it only does so when told to stop).
+                log::error!("dispatcher for broker {leader} is gone; rerouting");
+                self.brokers.remove(&leader);
+                self.awaiting_metadata.push(batch);
+                self.want_full_fetch(Instant::now());
+            }
+        }
+    }
+
+    fn flush_backlog(&mut self, broker: i32) {
+        let Some(b) = self.brokers.get_mut(&broker) else {
+            return;
+        };
+        while b.up && b.queued < DISPATCH_CHANNEL_CAP {
+            let Some(batch) = b.backlog.pop_front() else {
+                break;
+            };
+            match b.handle.try_send(batch) {
+                Ok(()) => b.queued += 1,
+                Err(TrySendError::Full(batch)) | Err(TrySendError::Disconnected(batch)) => {
+                    b.backlog.push_front(batch);
+                    break;
+                }
+            }
+        }
+    }
+
+    fn flush_all_batches(&mut self) {
+        let keys: Vec<BatchKey> = self.batches.keys().copied().collect();
+        for key in keys {
+            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
+            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+                self.emit(key, msgs);
+            }
+        }
+        self.next_batch_expiry = None;
+    }
+
+    // ----- outcomes from dispatchers -----
+
+    fn on_outcome(&mut self, o: Outcome) {
+        match o {
+            Outcome::Finished { broker, n } => {
+                if let Some(b) = self.brokers.get_mut(&broker) {
+                    b.queued = b.queued.saturating_sub(n);
+                }
+                self.flush_backlog(broker);
+            }
+            Outcome::Connection { broker, up } => {
+                if let Some(b) = self.brokers.get_mut(&broker) {
+                    b.up = up;
+                }
+                if up {
+                    self.flush_backlog(broker);
+                } else {
+                    self.want_full_fetch(Instant::now());
+                }
+            }
+            Outcome::Returned {
+                broker,
+                reason,
+                batches,
+            } => {
+                for batch in batches {
+                    self.on_returned(reason, batch);
+                }
+                self.flush_backlog(broker);
+            }
+        }
+    }
+
+    fn on_returned(&mut self, reason: ReturnReason, mut batch: Batch) {
+        let now = Instant::now();
+        if self.shutdown.is_some_and(|d| now >= d) {
+            self.discard_batch(batch, DiscardReason::Shutdown);
+            return;
+        }
+        let (mut dups, mut lo, mut hi) = (0u64, i64::MAX, i64::MIN);
+        for m in &mut batch.msgs {
+            if std::mem::take(&mut m.maybe_sent) {
+                dups += 1;
+                lo = lo.min(m.timestamp);
+                hi = hi.max(m.timestamp);
+            }
+        }
+        if dups > 0 {
+            self.metrics.possible_duplicates(batch.topic, dups, lo, hi);
+        }
+        match reason {
+            ReturnReason::Retry => self.dispatch(batch),
+            ReturnReason::Backoff => {
+                let attempts = batch
+                    .msgs
+                    .iter()
+                    .map(|m| m.failed_attempts)
+                    .max()
+                    .unwrap_or(1);
+                let d = retry_delay(
+                    attempts,
+                    self.cfg.delivery.retry_backoff,
+                    self.cfg.delivery.retry_backoff_max,
+                    &mut self.rng,
+                );
+                self.delayed.push((now + d, batch));
+            }
+            ReturnReason::Reroute | ReturnReason::ConnectionLost | ReturnReason::Stopped => {
+                self.awaiting_metadata.push(batch);
+                self.want_full_fetch(now);
+            }
+        }
+    }
+
+    /// Routes a returned batch again under the current metadata: AnyPartition messages to
+    /// a fresh round-robin choice, PartitionKey messages by their key.
+    fn reroute(&mut self, batch: Batch) {
+        let t = batch.topic;
+        match self.view(t).map(|v| v.has_usable()) {
+            None => {
+                self.discard_batch(batch, DiscardReason::BadTopic);
+                return;
+            }
+            Some(false) => {
+                self.discard_batch(batch, DiscardReason::NoAvailablePartitions);
+                return;
+            }
+            Some(true) => {}
+        }
+        let mut any = Vec::new();
+        let mut keyed: Vec<(i32, Vec<Msg>)> = Vec::new();
+        for m in batch.msgs {
+            match m.partition_key {
+                None => any.push(m),
+                Some(k) => {
+                    let p = self
+                        .view(t)
+                        .and_then(|v| v.partition_for_key(k))
+                        .unwrap_or(batch.partition);
+                    match keyed.iter_mut().find(|(q, _)| *q == p) {
+                        Some((_, v)) => v.push(m),
+                        None => keyed.push((p, vec![m])),
+                    }
+                }
+            }
+        }
+        if !any.is_empty() {
+            match self.round_robin(t) {
+                Some(p) => self.dispatch(Batch {
+                    topic: t,
+                    partition: p,
+                    msgs: any,
+                }),
+                None => self.discard_staged(
+                    any,
+                    DiscardReason::NoAvailablePartitions,
+                    QueueState::SendWait,
+                ),
+            }
+        }
+        for (p, msgs) in keyed {
+            self.dispatch(Batch {
+                topic: t,
+                partition: p,
+                msgs,
+            });
+        }
+    }
+
+    // ----- metadata -----
+
+    fn want_full_fetch(&mut self, at: Instant) {
+        let earliest = self
+            .last_full_fetch
+            .map_or(at, |l| at.max(l + MIN_REFRESH_GAP));
+        self.full_fetch_at = Some(self.full_fetch_at.map_or(earliest, |x| x.min(earliest)));
+    }
+
+    fn start_due_fetches(&mut self) {
+        let now = Instant::now();
+        if !self.full_fetch_in_flight && self.full_fetch_at.is_some_and(|t| now >= t) {
+            let req = MetaRequest {
+                topics: None,
+                autocreate: false,
+            };
+            if self.ch.to_meta.try_send(req).is_ok() {
+                self.full_fetch_in_flight = true;
+                self.full_fetch_at = None;
+                self.last_full_fetch = Some(now);
+            }
+        }
+        if !self.have_metadata {
+            return;
+        }
+        // Topic lookups: with auto-creation, ask for the topics themselves (which asks the
+        // broker to create them); without, an all-topics fetch answers the question.
+        let autocreate = self.cfg.delivery.topic_autocreate;
+        let mut wanted: Vec<Arc<[u8]>> = Vec::new();
+        for (i, slot) in self.topics.iter_mut().enumerate() {
+            if let Some(l) = slot.lookup.as_mut() {
+                if l.next_try.is_some_and(|t| now >= t) {
+                    l.next_try = None;
+                    let name = slot
+                        .name
+                        .get_or_insert_with(|| self.metrics.topic_name(i as TopicId))
+                        .clone();
+                    wanted.push(name);
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        if autocreate {
+            let req = MetaRequest {
+                topics: Some(wanted.clone()),
+                autocreate: true,
+            };
+            if self.ch.to_meta.try_send(req).is_ok() {
+                self.partial_fetches += 1;
+                return;
+            }
+        } else {
+            self.want_full_fetch(now);
+            if !self.full_fetch_in_flight {
+                return;
+            }
+        }
+        // Could not ask now: try again shortly.
+        for name in wanted {
+            if let Some(slot) = self
+                .topics
+                .iter_mut()
+                .find(|s| s.name.as_ref() == Some(&name))
+            {
+                if let Some(l) = slot.lookup.as_mut() {
+                    l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+                }
+            }
+        }
+    }
+
+    fn on_metadata(&mut self, resp: MetaResponse) {
+        let now = Instant::now();
+        let full = resp.request.topics.is_none();
+        if full {
+            self.full_fetch_in_flight = false;
+        } else {
+            self.partial_fetches = self.partial_fetches.saturating_sub(1);
+        }
+        let md = match resp.result {
+            Ok(md) => md,
+            Err(e) => {
+                log::warn!("metadata fetch failed: {e}");
+                if full {
+                    let d = self.fetch_backoff.next_delay();
+                    self.full_fetch_at = Some(now + d);
+                }
+                self.retry_lookups(&resp.request, now);
+                return;
+            }
+        };
+        self.fetch_backoff.reset();
+        let changed = if full {
+            self.cluster.install_full(&md)
+        } else {
+            self.cluster.install_partial(&md)
+        };
+        self.metrics
+            .metadata_updated(changed || !self.have_metadata);
+        if full {
+            self.next_periodic_refresh =
+                now + jittered(self.cfg.delivery.metadata_refresh_interval, &mut self.rng);
+            if !self.have_metadata {
+                // /health turns 200 from this (and the inputs being open).
+                self.have_metadata = true;
+                log::info!(
+                    "metadata: {} brokers, {} topics",
+                    self.cluster.brokers.len(),
+                    self.cluster.topics.len()
+                );
+            }
+        }
+        if changed {
+            self.update_broker_addresses();
+        }
+        self.resolve_lookups(&resp.request, &md, now);
+        // Everything waiting for fresh metadata goes out again.
+        for batch in std::mem::take(&mut self.awaiting_metadata) {
+            self.reroute(batch);
+        }
+        // Backlogs of brokers that are down may now belong elsewhere.
+        let down: Vec<i32> = self
+            .brokers
+            .iter()
+            .filter(|(_, b)| !b.up && !b.backlog.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in down {
+            let held: Vec<Batch> = self
+                .brokers
+                .get_mut(&id)
+                .map(|b| b.backlog.drain(..).collect())
+                .unwrap_or_default();
+            for batch in held {
+                let leader = self
+                    .view(batch.topic)
+                    .and_then(|v| v.leader_of(batch.partition));
+                if leader == Some(id) {
+                    if let Some(b) = self.brokers.get_mut(&id) {
+                        b.backlog.push_back(batch);
+                    }
+                } else {
+                    self.reroute(batch);
+                }
+            }
+        }
+    }
+
+    /// A dispatcher's broker changed address: stop it; a new one starts on next use.
+    fn update_broker_addresses(&mut self) {
+        let stale: Vec<i32> = self
+            .brokers
+            .iter()
+            .filter(|(id, b)| {
+                self.cluster
+                    .brokers
+                    .get(id)
+                    .is_none_or(|i| i.host != b.handle.host || i.port != b.handle.port)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(b) = self.brokers.remove(&id) {
+                log::info!("broker {id} left the metadata or moved; stopping its dispatcher");
+                for batch in b.backlog {
+                    self.awaiting_metadata.push(batch);
+                }
+                // Dropping the handle closes its channel; the dispatcher returns what it
+                // holds as Stopped, which is rerouted.
+                b.handle.detach();
+            }
+        }
+    }
+
+    fn retry_lookups(&mut self, req: &MetaRequest, now: Instant) {
+        for slot in &mut self.topics {
+            let Some(l) = slot.lookup.as_mut() else {
+                continue;
+            };
+            let asked = match &req.topics {
+                None => true,
+                Some(names) => slot.name.as_ref().is_some_and(|n| names.contains(n)),
+            };
+            if asked && l.next_try.is_none() {
+                l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+            }
+        }
+    }
+
+    /// After metadata arrived: release held messages of topics now known; discard those
+    /// whose topic is definitely bad; keep asking for topics being created.
+    fn resolve_lookups(
+        &mut self,
+        req: &MetaRequest,
+        md: &crate::kafka::MetadataResponse,
+        now: Instant,
+    ) {
+        let autocreate = self.cfg.delivery.topic_autocreate;
+        let wait = self.cfg.delivery.unknown_topic_wait;
+        for i in 0..self.topics.len() {
+            if self.topics[i].lookup.is_none() {
+                continue;
+            }
+            let t = i as TopicId;
+            let known = self.view(t).is_some();
+            let slot = &mut self.topics[i];
+            let name = slot
+                .name
+                .clone()
+                .unwrap_or_else(|| self.metrics.topic_name(t));
+            let l = slot.lookup.as_mut().expect("checked above");
+            if known {
+                let lookup = slot.lookup.take().expect("checked above");
+                self.metrics
+                    .queue_add(t, QueueState::New, -(lookup.msgs.len() as i64));
+                for m in lookup.msgs {
+                    // Through the normal checks (size, availability).
+                    self.metrics.queue_add(t, QueueState::New, 1);
+                    self.accept(m, now);
+                }
+                continue;
+            }
+            let asked = match &req.topics {
+                None => true,
+                Some(names) => names.contains(&name),
+            };
+            if !asked {
+                if l.next_try.is_none() && req.topics.is_none() {
+                    l.next_try = Some(now);
+                }
+                continue;
+            }
+            if l.next_try.is_none() && !self.have_metadata {
+                continue;
+            }
+            let topic_error = md
+                .topics
+                .iter()
+                .find(|mt| mt.name.as_slice() == &name[..])
+                .map(|mt| mt.error_code);
+            // Auto-creation in progress answers LEADER_NOT_AVAILABLE (5) or the topic with
+            // no leaders yet; keep asking until the wait runs out.
+            let still_creating = autocreate && now < l.since + wait && topic_error != Some(17);
+            if still_creating {
+                if l.next_try.is_none() {
+                    l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+                }
+                continue;
+            }
+            if !autocreate && req.topics.is_none() && l.next_try.is_some() {
+                // Asked for, but this fetch was not the answer to our lookup yet.
+                continue;
+            }
+            let lookup = slot.lookup.take().expect("checked above");
+            slot.bad_until = Some(now + BAD_TOPIC_MEMORY);
+            let reason = if autocreate {
+                DiscardReason::AutocreateFailed
+            } else {
+                DiscardReason::BadTopic
+            };
+            log::warn!(
+                "discarding {} message(s) for unknown topic [{}]",
+                lookup.msgs.len(),
+                String::from_utf8_lossy(&name)
+            );
+            self.discard_staged(lookup.msgs, reason, QueueState::New);
+        }
+    }
+
+    // ----- timers -----
+
+    fn on_timers(&mut self) {
+        let now = Instant::now();
+        if now >= self.next_periodic_refresh {
+            self.next_periodic_refresh =
+                now + jittered(self.cfg.delivery.metadata_refresh_interval, &mut self.rng);
+            self.want_full_fetch(now);
+        }
+        if self.next_batch_expiry.is_some_and(|t| now >= t) {
+            self.expire_batches(now);
+        }
+        if self.delayed.iter().any(|(at, _)| now >= *at) {
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)
+                .into_iter()
+                .partition(|(at, _)| now >= *at);
+            self.delayed = later;
+            for (_, batch) in due {
+                self.dispatch(batch);
+            }
+        }
+        // Lookups that waited too long: the topic does not exist (or was not created).
+        let wait = self.cfg.delivery.unknown_topic_wait;
+        let expired: Vec<usize> = self
+            .topics
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.lookup.as_ref().is_some_and(|l| now >= l.since + wait) && self.have_metadata
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in expired {
+            if let Some(l) = self.topics[i].lookup.take() {
+                self.topics[i].bad_until = Some(now + BAD_TOPIC_MEMORY);
+                let reason = if self.cfg.delivery.topic_autocreate {
+                    DiscardReason::AutocreateFailed
+                } else {
+                    DiscardReason::BadTopic
+                };
+                self.discard_staged(l.msgs, reason, QueueState::New);
+            }
+        }
+        if let Some(deadline) = self.shutdown {
+            if !self.inputs_open && now >= deadline {
+                self.discard_everything_held();
+            }
+        }
+    }
+
+    fn expire_batches(&mut self, now: Instant) {
+        let limits = self.cfg.batching.limits;
+        let due: Vec<BatchKey> = self
+            .batches
+            .iter()
+            .filter(|(_, b)| b.deadline(&limits).is_some_and(|d| now >= d))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
+            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+                self.emit(key, msgs);
+            }
+        }
+        self.batches.retain(|_, b| !b.is_empty());
+        self.next_batch_expiry = self
+            .batches
+            .values()
+            .filter_map(|b| b.deadline(&limits))
+            .min();
+    }
+
+    // ----- shutdown -----
+
+    fn shutdown_finished(&mut self) -> bool {
+        let Some(deadline) = self.shutdown else {
+            return false;
+        };
+        if self.inputs_open {
+            return false;
+        }
+        if Instant::now() >= deadline {
+            return true;
+        }
+        // Done when nothing is in flight anywhere (counted by the metrics).
+        self.metrics.total_in_flight() == 0
+    }
+
+    /// Past the deadline: everything the router holds is discarded as `shutdown`.
+    fn discard_everything_held(&mut self) {
+        for key in self.batches.keys().copied().collect::<Vec<_>>() {
+            if let Some(msgs) = self.batches.get_mut(&key).map(OpenBatch::take) {
+                self.discard_staged(msgs, DiscardReason::Shutdown, QueueState::Batch);
+            }
+        }
+        for i in 0..self.topics.len() {
+            if let Some(l) = self.topics[i].lookup.take() {
+                self.discard_staged(l.msgs, DiscardReason::Shutdown, QueueState::New);
+            }
+        }
+        for (_, b) in std::mem::take(&mut self.delayed) {
+            self.discard_batch(b, DiscardReason::Shutdown);
+        }
+        for b in std::mem::take(&mut self.awaiting_metadata) {
+            self.discard_batch(b, DiscardReason::Shutdown);
+        }
+        let backlogs: Vec<Batch> = self
+            .brokers
+            .values_mut()
+            .flat_map(|b| b.backlog.drain(..))
+            .collect();
+        for b in backlogs {
+            self.discard_batch(b, DiscardReason::Shutdown);
+        }
+    }
+
+    /// Stops every dispatcher: closes their queues, aborts their connections if the
+    /// deadline has passed, and takes back (and discards) what they return.
+    fn stop_dispatchers(&mut self) {
+        let deadline = self.shutdown.unwrap_or_else(Instant::now);
+        let brokers: Vec<Broker> = self.brokers.drain().map(|(_, b)| b).collect();
+        let mut handles = Vec::new();
+        for b in brokers {
+            for batch in b.backlog {
+                self.discard_batch(batch, DiscardReason::Shutdown);
+            }
+            handles.push(b.handle.close());
+        }
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                for h in &handles {
+                    h.abort();
+                }
+            }
+            while let Ok(o) = self.ch.from_dispatchers.try_recv() {
+                if let Outcome::Returned { batches, .. } = o {
+                    for b in batches {
+                        self.discard_batch(b, DiscardReason::Shutdown);
+                    }
+                }
+            }
+            if handles.iter().all(|h| h.is_finished()) {
+                break;
+            }
+            if now >= deadline + DISPATCHER_JOIN_GRACE {
+                log::error!("dispatchers did not stop in time; leaving them");
+                break;
+            }
+            if let Ok(Outcome::Returned { batches, .. }) =
+                self.ch.from_dispatchers.recv_timeout(SHUTDOWN_TICK)
+            {
+                for b in batches {
+                    self.discard_batch(b, DiscardReason::Shutdown);
+                }
+            }
+        }
+        for h in handles {
+            h.join();
+        }
+        while let Ok(o) = self.ch.from_dispatchers.try_recv() {
+            if let Outcome::Returned { batches, .. } = o {
+                for b in batches {
+                    self.discard_batch(b, DiscardReason::Shutdown);
+                }
+            }
+        }
+        self.discard_everything_held();
+        let left = self.metrics.total_in_flight();
+        if left != 0 {
+            log::error!("{left} message(s) still counted in flight at exit");
+        }
+    }
+
+    // ----- discards -----
+
+    /// Discards a batch that is in the SendWait state.
+    fn discard_batch(&mut self, b: Batch, reason: DiscardReason) {
+        self.discard_staged(b.msgs, reason, QueueState::SendWait);
+    }
+
+    /// Discards messages not yet in any queue state (just taken from the input).
+    fn discard_msgs(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
+        self.discard_counted(msgs, reason);
+    }
+
+    fn discard_staged(&mut self, msgs: Vec<Msg>, reason: DiscardReason, state: QueueState) {
+        if let Some(m) = msgs.first() {
+            self.metrics.queue_add(m.topic, state, -(msgs.len() as i64));
+        }
+        self.discard_counted(msgs, reason);
+    }
+
+    fn discard_counted(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
+        let Some(first) = msgs.first() else {
+            return;
+        };
+        let t = first.topic;
+        let (lo, hi) = msgs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), m| {
+            (lo.min(m.timestamp), hi.max(m.timestamp))
+        });
+        self.metrics.discarded(t, reason, msgs.len() as u64, lo, hi);
+        // Dropping the messages returns their pool space.
+        drop(msgs);
+    }
+}
+
+/// ±20 % jitter, as Dory does for its refresh timer.
+fn jittered(d: Duration, rng: &mut Rng) -> Duration {
+    let ms = d.as_millis() as u64;
+    Duration::from_millis(rng.range(ms - ms / 5, ms + ms / 5))
+}
