@@ -115,7 +115,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         max_topics: 10_000,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })));
-    metrics.set_pool(pool.capacity_bytes(), pool.used_bytes());
+    metrics.attach_pool(pool);
 
     let (to_router, from_inputs) = bounded(INPUT_CHANNEL_CAP);
     let (to_control, from_control) = bounded::<Control>(4);

@@ -431,6 +431,8 @@ pub struct Metrics {
     health: AtomicU8,
     pool_capacity: AtomicU64,
     pool_used: AtomicU64,
+    /// The live pool, once attached: its gauges are then read at scrape time.
+    live_pool: std::sync::OnceLock<&'static crate::pool::Pool>,
 }
 
 impl Metrics {
@@ -452,6 +454,7 @@ impl Metrics {
             health: AtomicU8::new(Health::Starting as u8),
             pool_capacity: AtomicU64::new(0),
             pool_used: AtomicU64::new(0),
+            live_pool: std::sync::OnceLock::new(),
         }
     }
 
@@ -655,8 +658,16 @@ impl Metrics {
             .store(u64::try_from(used).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
+    /// Reads the pool's gauges live from now on (instead of [`Metrics::set_pool`]).
+    pub fn attach_pool(&self, pool: &'static crate::pool::Pool) {
+        let _ = self.live_pool.set(pool);
+    }
+
     /// (capacity, used) of the message pool, in bytes.
     pub fn pool(&self) -> (u64, u64) {
+        if let Some(p) = self.live_pool.get() {
+            return (p.capacity_bytes() as u64, p.used_bytes() as u64);
+        }
         (
             self.pool_capacity.load(Ordering::Relaxed),
             self.pool_used.load(Ordering::Relaxed),

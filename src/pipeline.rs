@@ -119,6 +119,8 @@ pub struct MetaRequest {
     /// `None`: every topic. `Some`: just these (and ask for auto-creation if `autocreate`).
     pub topics: Option<Vec<Arc<[u8]>>>,
     pub autocreate: bool,
+    /// Numbers all-topics fetches, so a lookup knows which answer came after its question.
+    pub seq: u64,
 }
 
 /// Metadata fetcher → router.

