@@ -665,7 +665,7 @@ impl Router {
             let Some(l) = slot.lookup.as_mut() else {
                 continue;
             };
-            if !l.next_try.is_some_and(|t| now >= t) {
+            if l.next_try.is_none_or(|t| now < t) {
                 continue;
             }
             l.next_try = None;
