@@ -7,10 +7,12 @@
 //!
 //! What the daemon must offer (see `common::Dory::start`): the flags `--broker`,
 //! `--dgram-socket`, `--stream-socket`, `--tcp-port`, `--status-addr`, `--batch-time-ms`
-//! (and `--config`); `GET /health` answering 200 once all inputs are open; `GET /metrics`
-//! with `dory_received_total{topic}`, `dory_delivered_total{topic}`,
-//! `dory_discarded_total{topic,reason}`, `dory_in_flight{topic}`, input that fails parsing
-//! counted under `topic=""`; topic auto-creation on when run without `--config`.
+//! (and `--config`); `GET /health` answering 200 once every input is open; `GET /metrics`
+//! with `dory_messages_received_total{topic}`, `dory_messages_delivered_total{topic}`,
+//! `dory_messages_discarded_total{topic,reason}` and `dory_messages_in_flight{topic}`, where
+//! input that fails parsing counts as received and discarded under `topic=""`; topic
+//! auto-creation on when run without `--config`; exit status 0 on SIGTERM, socket files
+//! removed.
 
 mod common;
 

@@ -139,18 +139,18 @@ fn generator_is_deterministic_varied_and_within_limits() {
 
 #[test]
 fn metrics_parser_reads_labels_escapes_and_the_invariant() {
-    let text = r#"# HELP dory_received_total Messages received.
-# TYPE dory_received_total counter
-dory_received_total{topic="a\"b\\c\nd"} 5
-dory_received_total{topic=""} 3
-dory_received_total{topic="x,y}z"} 1e3
-dory_delivered_total{topic="a\"b\\c\nd"} 4
-dory_delivered_total{topic="x,y}z"} 990
-dory_discarded_total{reason="malformed",topic=""} 2
-dory_discarded_total{topic="",reason="unsupported_version"} 1 1700000000000
-dory_discarded_total{topic="x,y}z",reason="too_long"} 10
-dory_in_flight{topic="a\"b\\c\nd"} 0
-dory_in_flight{topic="x,y}z"} 0
+    let text = r#"# HELP dory_messages_received_total Messages received.
+# TYPE dory_messages_received_total counter
+dory_messages_received_total{topic="a\"b\\c\nd"} 5
+dory_messages_received_total{topic=""} 3
+dory_messages_received_total{topic="x,y}z"} 1e3
+dory_messages_delivered_total{topic="a\"b\\c\nd"} 4
+dory_messages_delivered_total{topic="x,y}z"} 990
+dory_messages_discarded_total{reason="malformed",topic=""} 2
+dory_messages_discarded_total{topic="",reason="unsupported_version"} 1 1700000000000
+dory_messages_discarded_total{topic="x,y}z",reason="too_long"} 10
+dory_messages_in_flight{topic="a\"b\\c\nd"} 0
+dory_messages_in_flight{topic="x,y}z"} 0
 other_metric 17
 "#;
     let m = Metrics::parse(text).expect("parses");
@@ -166,12 +166,12 @@ other_metric 17
     assert!(v[0].contains("received 5 != delivered 4"), "{v:?}");
 
     assert!(Metrics::parse(
-        "dory_received_total{topic=\"a\"} 1\ndory_received_total{topic=\"a\"} 2"
+        "dory_messages_received_total{topic=\"a\"} 1\ndory_messages_received_total{topic=\"a\"} 2"
     )
     .is_err());
-    assert!(Metrics::parse("dory_received_total{topic=\"a} 1").is_err());
-    assert!(Metrics::parse("dory_received_total{topic=\"a\"} 1.5").is_err());
-    assert!(Metrics::parse("dory_discarded_total{topic=\"a\"} 1").is_err());
+    assert!(Metrics::parse("dory_messages_received_total{topic=\"a} 1").is_err());
+    assert!(Metrics::parse("dory_messages_received_total{topic=\"a\"} 1.5").is_err());
+    assert!(Metrics::parse("dory_messages_discarded_total{topic=\"a\"} 1").is_err());
 }
 
 /// Serves `responses` (one per connection) on a loopback port; returns its address.

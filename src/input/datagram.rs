@@ -30,6 +30,19 @@ impl DatagramInput {
         max_msg_size: usize,
         ctx: InputCtx,
     ) -> Result<DatagramInput, InputError> {
+        match check_datagram_size(max_msg_size) {
+            DatagramCheck::Ok => {}
+            DatagramCheck::NeedsLargerSendBuffer => log::warn!(
+                "input.max_datagram_msg_size = {max_msg_size}: clients must raise SO_SNDBUF \
+                 to send datagrams that large"
+            ),
+            DatagramCheck::TooLarge(e) => {
+                return Err(InputError::DatagramSize {
+                    size: max_msg_size,
+                    reason: e,
+                })
+            }
+        }
         remove_stale(&cfg.path)?;
         let sock = UnixDatagram::bind(&cfg.path).map_err(|source| InputError::Bind {
             what: "datagram socket",
@@ -122,4 +135,62 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
         }
     }
     ctx.flush(&mut out);
+}
+
+/// What the start-up datagram check found (reference §1.8).
+#[derive(Debug, PartialEq, Eq)]
+pub enum DatagramCheck {
+    /// Clients can send datagrams of the configured maximum with default buffers.
+    Ok,
+    /// Only with a raised `SO_SNDBUF` on the client side.
+    NeedsLargerSendBuffer,
+    /// Not even then: the kernel refuses datagrams that large.
+    TooLarge(String),
+}
+
+/// Sends one datagram of `max_msg_size` bytes over a socket pair to learn whether
+/// clients can send messages that large.
+pub fn check_datagram_size(max_msg_size: usize) -> DatagramCheck {
+    let (a, b) = match UnixDatagram::pair() {
+        Ok(p) => p,
+        Err(e) => return DatagramCheck::TooLarge(e.to_string()),
+    };
+    let _ = b.set_nonblocking(true);
+    let _ = a.set_nonblocking(true);
+    let buf = vec![0u8; max_msg_size];
+    match a.send(&buf) {
+        Ok(_) => return DatagramCheck::Ok,
+        Err(e) if e.raw_os_error() != Some(libc::EMSGSIZE) => {
+            return DatagramCheck::TooLarge(e.to_string())
+        }
+        Err(_) => {}
+    }
+    let size = libc::c_int::try_from(max_msg_size).unwrap_or(libc::c_int::MAX);
+    if let Err(e) =
+        nix::sys::socket::setsockopt(&a, nix::sys::socket::sockopt::SndBuf, &(size as usize))
+    {
+        return DatagramCheck::TooLarge(e.to_string());
+    }
+    match a.send(&buf) {
+        Ok(_) => DatagramCheck::NeedsLargerSendBuffer,
+        Err(e) => DatagramCheck::TooLarge(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_datagram_limit_passes_the_check() {
+        assert_eq!(check_datagram_size(64 << 10), DatagramCheck::Ok);
+    }
+
+    #[test]
+    fn huge_datagrams_are_refused() {
+        assert!(matches!(
+            check_datagram_size(16 << 20),
+            DatagramCheck::TooLarge(_)
+        ));
+    }
 }

@@ -41,6 +41,10 @@ pub enum InputError {
         mode: u32,
         source: std::io::Error,
     },
+    #[error(
+        "input.max_datagram_msg_size = {size}: the kernel refuses datagrams that large ({reason})"
+    )]
+    DatagramSize { size: usize, reason: String },
     #[error("cannot start input thread: {0}")]
     Thread(std::io::Error),
 }

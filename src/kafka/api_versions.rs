@@ -78,10 +78,12 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ApiVersionsResponse
     // is known. UNSUPPORTED_VERSION comes in the v0 layout (KIP-511); fall back to the
     // requested layout in case a broker answers that way instead.
     let error_code = Reader::new(body).i16()?;
+    // The v0 attempt is strict (it must consume the body exactly to be the right layout);
+    // otherwise bytes after the last known field are ignored, as Kafka's clients do.
     let (error_code, api_keys) = if error_code == UNSUPPORTED_VERSION && version > 0 {
-        decode_body(body, 0).or_else(|_| decode_body(body, version))?
+        decode_body(body, 0, true).or_else(|_| decode_body(body, version, false))?
     } else {
-        decode_body(body, version)?
+        decode_body(body, version, false)?
     };
     Ok(ApiVersionsResponse {
         correlation_id,
@@ -90,7 +92,11 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ApiVersionsResponse
     })
 }
 
-fn decode_body(body: &[u8], version: i16) -> Result<(i16, Vec<ApiVersionRange>), DecodeError> {
+fn decode_body(
+    body: &[u8],
+    version: i16,
+    strict: bool,
+) -> Result<(i16, Vec<ApiVersionRange>), DecodeError> {
     let flexible = is_flexible(version);
     let mut r = Reader::new(body);
     let error_code = r.i16()?;
@@ -117,7 +123,11 @@ fn decode_body(body: &[u8], version: i16) -> Result<(i16, Vec<ApiVersionRange>),
         // SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady.
         r.skip_tagged_fields()?;
     }
-    r.finish()?;
+    if strict {
+        r.finish()?;
+    } else {
+        r.finish_lenient();
+    }
     Ok((error_code, api_keys))
 }
 
@@ -285,12 +295,14 @@ mod tests {
                     "v{version} {len}"
                 );
             }
+            // Bytes after the last known field are ignored (peers append fields).
             let mut long = frame.clone();
             long.push(0);
             assert_eq!(
                 decode_response(&long, version),
-                Err(DecodeError::TrailingBytes(1))
+                decode_response(&frame, version)
             );
+            assert!(decode_response(&long, version).is_ok());
         }
     }
 

@@ -191,7 +191,9 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<MetadataResponse, D
     if flexible {
         r.skip_tagged_fields()?;
     }
-    r.finish()?;
+    // Bytes after the last field are ignored, as Kafka's own clients do: librdkafka's
+    // mock broker, for one, still writes ClusterAuthorizedOperations in Metadata v11+.
+    r.finish_lenient();
     Ok(MetadataResponse {
         correlation_id,
         brokers,

@@ -76,6 +76,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Ends decoding of a broker's response, ignoring bytes after the last field we know
+    /// (a peer may append fields a later schema removed or we do not read); returns how
+    /// many were ignored.
+    pub fn finish_lenient(self) -> usize {
+        self.buf.len()
+    }
+
     /// Takes `n` raw bytes.
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() {

