@@ -192,7 +192,7 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<MetadataResponse, D
         r.skip_tagged_fields()?;
     }
     // Bytes after the last field are ignored, as Kafka's own clients do: librdkafka's
-    // mock broker, for one, still writes ClusterAuthorizedOperations in Metadata v11+.
+    // mock broker, for one, ends flexible responses with an extra byte.
     r.finish_lenient();
     Ok(MetadataResponse {
         correlation_id,

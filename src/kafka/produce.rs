@@ -199,7 +199,7 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
     }
     let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
     // Bytes after the last field are ignored, as Kafka's own clients do: librdkafka's
-    // mock broker, for one, still writes ClusterAuthorizedOperations in Metadata v11+.
+    // mock broker, for one, ends flexible responses with an extra byte.
     r.finish_lenient();
     Ok(ProduceResponse {
         correlation_id,
