@@ -1,0 +1,53 @@
+//! Fuzzes the stream framer with arbitrary bytes split at arbitrary points: it must never
+//! panic, never hold more than a bounded buffer, and yield frames that start with their
+//! own size.
+#![no_main]
+
+use std::io::Read;
+
+use dory::input::wire::{FrameError, StreamFramer};
+use libfuzzer_sys::fuzz_target;
+
+/// Hands out the input in small pieces whose sizes come from the input itself.
+struct Pieces<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl Read for Pieces<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.data.len().min(buf.len()).min(self.step);
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        self.step = self.step % 97 + 1;
+        Ok(n)
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let max = 64 + usize::from(first) * 64;
+    let mut framer = StreamFramer::new(max);
+    let mut src = Pieces { data: rest, step: usize::from(first % 13) + 1 };
+    loop {
+        match framer.read_from(&mut src) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        loop {
+            match framer.next_frame() {
+                Ok(Some(f)) => {
+                    assert!(f.len() >= 4 && f.len() <= max + 4);
+                    let size = i32::from_be_bytes([f[0], f[1], f[2], f[3]]);
+                    assert_eq!(usize::try_from(size).ok(), Some(f.len()));
+                    let _ = dory::input::wire::parse(f);
+                }
+                Ok(None) => break,
+                Err(FrameError::InvalidSize(_)) | Err(FrameError::TooLarge { .. }) => return,
+            }
+        }
+        assert!(framer.buffered().len() <= max + 4 + 64 * 1024);
+    }
+});
