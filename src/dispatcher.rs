@@ -25,7 +25,7 @@ use crate::kafka::errors::{classify, error_name, ErrorAction};
 use crate::kafka::produce::{self, ProduceRequestWriter};
 use crate::kafka::record_batch::RecordBatchWriter;
 use crate::kafka::PRODUCE_VERSIONS;
-use crate::metrics::{DiscardReason, Metrics, QueueState, TopicId};
+use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId};
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
 
 /// Largest Produce response we accept (a response lists only partitions we sent).
@@ -376,7 +376,10 @@ impl Sender_ {
     }
 
     fn connect(&mut self) -> Result<(Connection, i16), ConnError> {
-        let mut conn = Connection::connect(&self.host, self.port, self.cfg.connect_timeout)?;
+        self.metrics.inc(Counter::ConnectorStartConnect);
+        let mut conn = Connection::connect(&self.host, self.port, self.cfg.connect_timeout)
+            .inspect_err(|_| self.metrics.inc(Counter::ConnectorConnectFail))?;
+        self.metrics.inc(Counter::ConnectorConnectSuccess);
         conn.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
         let neg = conn.handshake(self.cfg.client_id.as_deref(), self.cfg.socket_timeout)?;
         let version = crate::kafka::negotiate(
@@ -467,6 +470,7 @@ impl Sender_ {
                 }
                 break SessionEnd::Lost;
             }
+            self.metrics.inc(Counter::SendProduceRequestOk);
             for p in &parts {
                 let n = p.msgs.len() as i64;
                 self.metrics.queue_add(p.topic, QueueState::SendWait, -n);
@@ -648,6 +652,19 @@ impl Receiver_ {
                 Ok(resp) => self.settle(entry, &resp),
                 Err(e) => {
                     log::warn!("broker {}: connection lost: {e}", self.id);
+                    self.metrics.inc(match &e {
+                        ResponseError::Conn(ConnError::Io(io))
+                            if matches!(
+                                io.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            Counter::ConnectorSocketTimeout
+                        }
+                        ResponseError::Conn(ConnError::Io(_)) => Counter::ConnectorSocketError,
+                        ResponseError::Correlation { .. } => Counter::CorrelationIdMismatch,
+                        _ => Counter::BadProduceResponse,
+                    });
                     let _ = self.conn.shutdown();
                     let _ = dead.try_send(());
                     fail_in_flight(&self.to_router, self.metrics, self.id, entry);
@@ -706,6 +723,7 @@ impl Receiver_ {
             let n = p.msgs.len() as u64;
             self.metrics
                 .queue_add(p.topic, QueueState::AckWait, -(n as i64));
+            self.metrics.inc(Counter::for_ack_error(code));
             if code == 0 {
                 self.metrics.delivered(p.topic, n);
                 continue;
