@@ -10,6 +10,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::policy::{
+    Policies, RawCombined, RawCompression, RawLimits, RawPartitioning, RawPolicies, RawRateLimit,
+    RawTopicBatching,
+};
+use std::collections::HashMap;
+
 /// Errors that stop the daemon at start-up. Each names the setting at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -84,6 +90,12 @@ pub struct RawConfig {
     pub delivery: RawDelivery,
     #[serde(default)]
     pub status: RawStatus,
+    #[serde(default)]
+    pub compression: RawCompression,
+    #[serde(default)]
+    pub rate_limit: RawRateLimit,
+    #[serde(default)]
+    pub partitioning: RawPartitioning,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +131,14 @@ pub struct RawBatching {
     pub bytes: Option<ByteSize>,
     pub produce_request_data_limit: Option<ByteSize>,
     pub message_max_bytes: Option<ByteSize>,
+    /// Action for topics not listed in `topics`: per_topic, combined_topics or disable.
+    pub default_action: Option<String>,
+    #[serde(default)]
+    pub combined_topics: RawCombined,
+    #[serde(default)]
+    pub configs: HashMap<String, RawLimits>,
+    #[serde(default)]
+    pub topics: HashMap<String, RawTopicBatching>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +254,7 @@ pub struct BatchLimits {
 
 #[derive(Debug, Clone)]
 pub struct BatchingConfig {
+    /// Limits of topics without their own batching config.
     pub limits: BatchLimits,
     pub produce_request_data_limit: usize,
     pub message_max_bytes: usize,
@@ -268,6 +289,8 @@ pub struct Config {
     pub batching: BatchingConfig,
     pub delivery: DeliveryConfig,
     pub status: StatusConfig,
+    /// Per-topic batching, compression, rate limits and partitioners.
+    pub policies: Policies,
 }
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
@@ -359,6 +382,9 @@ impl Config {
             batching,
             delivery,
             status,
+            compression,
+            rate_limit,
+            partitioning,
         } = raw;
 
         // Inputs.
@@ -473,6 +499,16 @@ impl Config {
             messages: limit(batching.messages),
             bytes: limit(Some(batching.bytes.map_or(256 << 10, |b| b.0))),
         };
+        let policies = Policies::from_raw(RawPolicies {
+            default_limits: limits,
+            default_action: batching.default_action.as_deref(),
+            combined: &batching.combined_topics,
+            batching_configs: &batching.configs,
+            batching_topics: &batching.topics,
+            compression: &compression,
+            rate_limit: &rate_limit,
+            partitioning: &partitioning,
+        })?;
         let produce_request_data_limit = to_usize(
             "batching.produce_request_data_limit",
             batching.produce_request_data_limit.map_or(1 << 20, |b| b.0),
@@ -569,6 +605,7 @@ impl Config {
                 )?),
                 bad_msg_prefix_size: status.bad_msg_prefix_size.unwrap_or(256),
             },
+            policies,
         })
     }
 }

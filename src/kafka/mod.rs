@@ -7,6 +7,7 @@
 //! (codes and retry policy) → `connection` (TCP and the version handshake).
 
 pub mod api_versions;
+pub mod compression;
 pub mod connection;
 pub mod errors;
 pub mod frame;

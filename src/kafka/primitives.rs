@@ -30,7 +30,7 @@ pub enum DecodeError {
     CrcMismatch { stored: u32, computed: u32 },
     #[error("unsupported record batch magic {0}")]
     UnsupportedMagic(i8),
-    #[error("compressed record batches are not supported yet (codec {0})")]
+    #[error("unsupported compression codec {0}")]
     UnsupportedCompression(i16),
     #[error("invalid record: {0}")]
     InvalidRecord(&'static str),

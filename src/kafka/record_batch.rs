@@ -1,6 +1,8 @@
 //! RecordBatch v2 (magic 2): the hot-path writer that encodes records straight into the
-//! request buffer (header placeholders first, lengths and CRC-32C patched at the end), and
-//! a strict decoder used by tests and fuzzing to check what we write.
+//! request buffer (header placeholders first, lengths and CRC-32C patched at the end), or,
+//! for a compressed batch, into a scratch buffer compressed into the request at the end;
+//! and a strict decoder (all four codecs, bounded) used by tests and fuzzing to check what
+//! we write.
 //!
 //! Layout (offsets from the batch start):
 //! ```text
@@ -13,6 +15,7 @@
 //! 23 last_offset_delta i32    61 records...
 //! ```
 
+use super::compression::{self, Codec, CompressError, Compression};
 use super::primitives::{
     put_i16, put_i32, put_i32_at, put_i64, put_i64_at, put_i8, put_u32, put_u32_at, put_varint,
     put_varlong, varint_len, varlong_len, DecodeError, Reader,
@@ -30,6 +33,7 @@ const MAGIC_OFFSET: usize = 16;
 const CRC_OFFSET: usize = 17;
 /// The CRC covers attributes through the end of the batch.
 const CRC_START: usize = 21;
+const ATTRIBUTES_OFFSET: usize = 21;
 const LAST_OFFSET_DELTA_OFFSET: usize = 23;
 const MAX_TIMESTAMP_OFFSET: usize = 35;
 const RECORD_COUNT_OFFSET: usize = 57;
@@ -47,9 +51,14 @@ pub const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 /// w.finish(buf);
 /// ```
 ///
-/// COMPRESSION (later issue): records are appended uncompressed, straight after the header.
-/// A compressed batch will append records into a scratch buffer instead and, in `finish`,
-/// compress that into `buf` after the header; the codec goes in the low attribute bits.
+/// A compressed batch writes its header into `buf` and its records into a scratch buffer,
+/// which `finish_compressed` compresses into `buf` (or copies, if compression does not pay):
+///
+/// ```text
+/// let mut w = RecordBatchWriter::begin_with(buf, now_ms, compression, scratch);
+/// w.append(w.records_buf(buf, scratch), now_ms, None, Some(b"payload"));
+/// match w.finish_compressed(buf, scratch, threshold_percent) { /* count the outcome */ }
+/// ```
 #[derive(Debug)]
 #[must_use = "a record batch must be finished to patch its lengths and CRC"]
 pub struct RecordBatchWriter {
@@ -57,13 +66,38 @@ pub struct RecordBatchWriter {
     base_timestamp: i64,
     max_timestamp: Option<i64>,
     count: i32,
+    /// `Compression::NONE`: records go to the request buffer right after the header.
+    /// Otherwise they go to the caller's scratch buffer until `finish_compressed`.
+    compression: Compression,
+}
+
+/// How `finish_compressed` wrote a batch. Every variant leaves a valid batch in `buf`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "compression outcomes feed Dory's compression counters"]
+pub enum CompressionOutcome {
+    /// The batch has no codec; written uncompressed.
+    Uncompressed,
+    /// Written compressed; sizes of the records before and after.
+    Compressed {
+        uncompressed: usize,
+        compressed: usize,
+    },
+    /// Compressed size / uncompressed size exceeded the threshold, so the batch was written
+    /// uncompressed (Dory's `MsgSetNotCompressible`).
+    NotCompressible {
+        uncompressed: usize,
+        compressed: usize,
+    },
+    /// The codec failed; the batch was written uncompressed (Dory's
+    /// `MsgSetCompressionError`).
+    Error(CompressError),
 }
 
 impl RecordBatchWriter {
     /// Writes the 61-byte batch header with placeholders: base_offset 0, leader epoch -1,
     /// no producer id/epoch/sequence (-1), timestamp type CreateTime. `attributes` carries
-    /// the remaining attribute bits (compression, once implemented); the timestamp-type bit
-    /// is always cleared.
+    /// the remaining attribute bits, written as given (records appended to `buf` are not
+    /// compressed: use `begin_with` for that); the timestamp-type bit is always cleared.
     pub fn begin(buf: &mut Vec<u8>, base_timestamp: i64, attributes: i16) -> RecordBatchWriter {
         let start = buf.len();
         buf.reserve(BATCH_HEADER_LEN);
@@ -86,7 +120,45 @@ impl RecordBatchWriter {
             base_timestamp,
             max_timestamp: None,
             count: 0,
+            compression: Compression::NONE,
         }
+    }
+
+    /// Starts a batch to be compressed with `compression`: the header goes to `buf` (codec
+    /// bits clear until `finish_compressed` keeps the compressed form) and `scratch` is
+    /// cleared to receive the records. Append to `records_buf(buf, scratch)` and finish with
+    /// `finish_compressed`. With `Codec::None` this is `begin(buf, base_timestamp, 0)`, and
+    /// the same calls work.
+    pub fn begin_with(
+        buf: &mut Vec<u8>,
+        base_timestamp: i64,
+        compression: Compression,
+        scratch: &mut Vec<u8>,
+    ) -> RecordBatchWriter {
+        let mut w = RecordBatchWriter::begin(buf, base_timestamp, 0);
+        w.compression = compression;
+        if compression.codec != Codec::None {
+            scratch.clear();
+        }
+        w
+    }
+
+    /// The buffer records are appended to: `scratch` for a compressed batch, else `buf`.
+    pub fn records_buf<'a>(
+        &self,
+        buf: &'a mut Vec<u8>,
+        scratch: &'a mut Vec<u8>,
+    ) -> &'a mut Vec<u8> {
+        if self.compression.codec == Codec::None {
+            buf
+        } else {
+            scratch
+        }
+    }
+
+    /// The compression this batch was begun with.
+    pub fn compression(&self) -> Compression {
+        self.compression
     }
 
     /// Number of records appended so far.
@@ -182,10 +254,79 @@ impl RecordBatchWriter {
 
     /// Patches batch_length, last_offset_delta, max_timestamp, the record count and the
     /// CRC-32C. A batch needs at least one record; Kafka rejects empty ones.
+    ///
+    /// # Panics
+    /// If the batch was begun with a codec (its records are in the scratch buffer: use
+    /// `finish_compressed`).
     pub fn finish(self, buf: &mut [u8]) {
+        assert_eq!(
+            self.compression.codec,
+            Codec::None,
+            "a compressed batch is finished with finish_compressed"
+        );
+        self.patch(buf);
+    }
+
+    /// Finishes a batch begun with `begin_with`: compresses the records in `scratch` into
+    /// `buf` after the header and sets the codec bits, unless compression fails or
+    /// `compressed * 100 > uncompressed * threshold_percent` (Dory's
+    /// `sizeThresholdPercent`), in which case the records are copied uncompressed. Then
+    /// patches lengths and CRC as `finish` does. A batch without a codec is simply finished.
+    ///
+    /// # Panics
+    /// If records of a compressed batch were appended to `buf` instead of `scratch`.
+    pub fn finish_compressed(
+        self,
+        buf: &mut Vec<u8>,
+        scratch: &[u8],
+        threshold_percent: u32,
+    ) -> CompressionOutcome {
+        let Compression { codec, level } = self.compression;
+        if codec == Codec::None {
+            self.patch(buf);
+            return CompressionOutcome::Uncompressed;
+        }
+        let records_start = self.start + BATCH_HEADER_LEN;
+        assert_eq!(
+            buf.len(),
+            records_start,
+            "records of a compressed batch are appended to the scratch buffer"
+        );
+        let uncompressed = scratch.len();
+        let outcome = match compression::compress(codec, level, scratch, buf) {
+            Ok(()) => {
+                let compressed = buf.len() - records_start;
+                let too_big = (compressed as u128) * 100
+                    > (uncompressed as u128) * u128::from(threshold_percent);
+                if too_big {
+                    CompressionOutcome::NotCompressible {
+                        uncompressed,
+                        compressed,
+                    }
+                } else {
+                    CompressionOutcome::Compressed {
+                        uncompressed,
+                        compressed,
+                    }
+                }
+            }
+            Err(e) => CompressionOutcome::Error(e),
+        };
+        let attributes = if let CompressionOutcome::Compressed { .. } = outcome {
+            codec.attribute()
+        } else {
+            buf.truncate(records_start);
+            buf.extend_from_slice(scratch);
+            0
+        };
+        buf[self.start + ATTRIBUTES_OFFSET..][..2].copy_from_slice(&attributes.to_be_bytes());
+        self.patch(buf);
+        outcome
+    }
+
+    fn patch(&self, buf: &mut [u8]) {
         debug_assert!(self.count > 0, "record batch has no records");
         let start = self.start;
-        // COMPRESSION (later issue): compress the records here, before lengths and CRC.
         let batch_length = buf.len() - start - LENGTH_FIELD_END;
         debug_assert!(
             i32::try_from(batch_length).is_ok(),
@@ -244,9 +385,22 @@ pub struct DecodedRecord {
 /// value length, header count, one byte each.
 const MIN_RECORD_LEN: usize = 7;
 
-/// Decodes a sequence of uncompressed v2 batches, verifying each CRC-32C and that every
-/// length agrees with the bytes present.
+/// `decode_batches` decompresses at most this many record bytes per batch.
+pub const DEFAULT_MAX_DECOMPRESSED_LEN: usize = 16 << 20;
+
+/// Decodes a sequence of v2 batches, verifying each CRC-32C and that every length agrees
+/// with the bytes present. Compressed batches (any of the four codecs) are decompressed,
+/// up to `DEFAULT_MAX_DECOMPRESSED_LEN` bytes each.
 pub fn decode_batches(bytes: &[u8]) -> Result<Vec<DecodedBatch>, DecodeError> {
+    decode_batches_limited(bytes, DEFAULT_MAX_DECOMPRESSED_LEN)
+}
+
+/// `decode_batches` with the limit on each batch's decompressed records chosen by the
+/// caller.
+pub fn decode_batches_limited(
+    bytes: &[u8],
+    max_decompressed: usize,
+) -> Result<Vec<DecodedBatch>, DecodeError> {
     let mut r = Reader::new(bytes);
     let mut batches = Vec::new();
     while !r.is_empty() {
@@ -257,13 +411,17 @@ pub fn decode_batches(bytes: &[u8]) -> Result<Vec<DecodedBatch>, DecodeError> {
             .filter(|&n| n >= BATCH_HEADER_LEN - LENGTH_FIELD_END)
             .ok_or(DecodeError::InvalidLength(i64::from(batch_length)))?;
         let body = r.bytes(batch_length)?;
-        batches.push(decode_batch_body(base_offset, body)?);
+        batches.push(decode_batch_body(base_offset, body, max_decompressed)?);
     }
     Ok(batches)
 }
 
 /// Decodes one batch from partition_leader_epoch to its end.
-fn decode_batch_body(base_offset: i64, body: &[u8]) -> Result<DecodedBatch, DecodeError> {
+fn decode_batch_body(
+    base_offset: i64,
+    body: &[u8],
+    max_decompressed: usize,
+) -> Result<DecodedBatch, DecodeError> {
     let mut r = Reader::new(body);
     let partition_leader_epoch = r.i32()?;
     let magic = r.i8()?;
@@ -284,11 +442,23 @@ fn decode_batch_body(base_offset: i64, body: &[u8]) -> Result<DecodedBatch, Deco
     let base_sequence = r.i32()?;
     let count = r.i32()?;
     let count = usize::try_from(count).map_err(|_| DecodeError::InvalidLength(count.into()))?;
-    let codec = attributes & ATTR_COMPRESSION_MASK;
-    if codec != 0 {
-        // COMPRESSION (later issue): decompress `r.rest()` and parse records from that.
-        return Err(DecodeError::UnsupportedCompression(codec));
-    }
+    let codec_id = attributes & ATTR_COMPRESSION_MASK;
+    let codec =
+        Codec::from_attribute(codec_id).ok_or(DecodeError::UnsupportedCompression(codec_id))?;
+    let decompressed;
+    let mut r = if codec == Codec::None {
+        r
+    } else {
+        let mut out = Vec::new();
+        compression::decompress(codec, r.rest(), &mut out, max_decompressed).map_err(|e| {
+            DecodeError::InvalidRecord(match e {
+                CompressError::TooLarge { .. } => "records decompress beyond the limit",
+                _ => "compressed records are corrupt",
+            })
+        })?;
+        decompressed = out;
+        Reader::new(&decompressed)
+    };
     if count.saturating_mul(MIN_RECORD_LEN) > r.remaining() {
         return Err(DecodeError::ArrayTooLong {
             count,
@@ -496,15 +666,305 @@ mod tests {
     }
 
     #[test]
-    fn compressed_batches_are_reported_not_misread() {
+    fn mislabelled_or_unknown_codecs_are_errors_not_misread() {
+        // Uncompressed records under a gzip label: not a gzip stream.
         let mut buf = Vec::new();
         let mut w = RecordBatchWriter::begin(&mut buf, 0, 1);
         w.append(&mut buf, 0, None, Some(b"x"));
         w.finish(&mut buf);
         assert_eq!(
             decode_batches(&buf),
-            Err(DecodeError::UnsupportedCompression(1))
+            Err(DecodeError::InvalidRecord("compressed records are corrupt"))
         );
+        let mut buf = Vec::new();
+        let mut w = RecordBatchWriter::begin(&mut buf, 0, 5);
+        w.append(&mut buf, 0, None, Some(b"x"));
+        w.finish(&mut buf);
+        assert_eq!(
+            decode_batches(&buf),
+            Err(DecodeError::UnsupportedCompression(5))
+        );
+    }
+
+    /// Records whose values compress well under every codec.
+    fn compressible_records(n: usize) -> Vec<Rec> {
+        (0..n)
+            .map(|i| {
+                let key = (i % 3 != 0).then(|| format!("user-{}", i % 7).into_bytes());
+                let value = format!("{{\"event\":\"click\",\"page\":\"/home\",\"n\":{i}}}")
+                    .repeat(4)
+                    .into_bytes();
+                (1_700_000_000_000 + i as i64, key, Some(value))
+            })
+            .collect()
+    }
+
+    /// Pseudo-random (xorshift) values: incompressible.
+    fn noise_records(n: usize) -> Vec<Rec> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..n)
+            .map(|i| {
+                let value = (0..300)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                (i as i64, None, Some(value))
+            })
+            .collect()
+    }
+
+    fn encode_with(
+        buf: &mut Vec<u8>,
+        compression: Compression,
+        threshold: u32,
+        records: &[Rec],
+    ) -> CompressionOutcome {
+        let mut scratch = b"stale bytes from the last batch".to_vec();
+        let mut w = RecordBatchWriter::begin_with(buf, records[0].0, compression, &mut scratch);
+        assert_eq!(w.compression(), compression);
+        for (ts, k, v) in records {
+            w.append(
+                w.records_buf(buf, &mut scratch),
+                *ts,
+                k.as_deref(),
+                v.as_deref(),
+            );
+        }
+        w.finish_compressed(buf, &scratch, threshold)
+    }
+
+    fn codec_only(codec: Codec) -> Compression {
+        Compression { codec, level: None }
+    }
+
+    fn records_of(b: &DecodedBatch) -> Vec<Rec> {
+        b.records
+            .iter()
+            .map(|r| (r.timestamp, r.key.clone(), r.value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn compressed_batches_roundtrip_for_every_codec() {
+        let recs = compressible_records(50);
+        let plain = encode(recs[0].0, &recs);
+        for codec in Codec::ALL {
+            // After a prefix, as inside a produce request.
+            let mut buf = b"request header".to_vec();
+            let outcome = encode_with(&mut buf, codec_only(codec), 100, &recs);
+            let body = &buf[14..];
+            match outcome {
+                CompressionOutcome::Uncompressed => {
+                    assert_eq!(codec, Codec::None);
+                    assert_eq!(body, &plain[..], "no codec: same bytes as begin/finish");
+                }
+                CompressionOutcome::Compressed {
+                    uncompressed,
+                    compressed,
+                } => {
+                    assert_eq!(uncompressed, plain.len() - BATCH_HEADER_LEN, "{codec}");
+                    assert_eq!(compressed, body.len() - BATCH_HEADER_LEN, "{codec}");
+                    assert!(compressed * 4 < uncompressed, "{codec}");
+                }
+                other => panic!("{codec}: {other:?}"),
+            }
+            let batches = decode_batches(body).unwrap();
+            assert_eq!(batches.len(), 1);
+            let b = &batches[0];
+            assert_eq!(b.attributes, codec.attribute(), "{codec}");
+            assert_eq!(b.last_offset_delta, 49);
+            assert_eq!(b.base_timestamp, recs[0].0);
+            assert_eq!(b.max_timestamp, recs[49].0);
+            assert_eq!(records_of(b), recs, "{codec}");
+        }
+    }
+
+    #[test]
+    fn gzip_and_zstd_levels_are_used() {
+        let recs = compressible_records(200);
+        let mut fast = Vec::new();
+        let mut best = Vec::new();
+        let a = encode_with(
+            &mut fast,
+            Compression::new(Codec::Gzip, Some(1)).unwrap(),
+            100,
+            &recs,
+        );
+        let b = encode_with(
+            &mut best,
+            Compression::new(Codec::Gzip, Some(9)).unwrap(),
+            100,
+            &recs,
+        );
+        assert!(matches!(a, CompressionOutcome::Compressed { .. }));
+        assert!(matches!(b, CompressionOutcome::Compressed { .. }));
+        assert_ne!(fast, best);
+        assert_eq!(records_of(&decode_batches(&fast).unwrap()[0]), recs);
+        let mut z = Vec::new();
+        let c = encode_with(
+            &mut z,
+            Compression::new(Codec::Zstd, Some(19)).unwrap(),
+            100,
+            &recs,
+        );
+        assert!(matches!(c, CompressionOutcome::Compressed { .. }));
+        assert_eq!(records_of(&decode_batches(&z).unwrap()[0]), recs);
+    }
+
+    #[test]
+    fn incompressible_batches_fall_back_to_identical_uncompressed_bytes() {
+        let recs = noise_records(20);
+        let plain = encode(recs[0].0, &recs);
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let mut buf = Vec::new();
+            let outcome = encode_with(&mut buf, codec_only(codec), 95, &recs);
+            assert!(
+                matches!(outcome, CompressionOutcome::NotCompressible { uncompressed, compressed }
+                    if uncompressed == plain.len() - BATCH_HEADER_LEN
+                        && compressed * 100 > uncompressed * 95),
+                "{codec}: {outcome:?}"
+            );
+            assert_eq!(buf, plain, "{codec}");
+        }
+    }
+
+    #[test]
+    fn threshold_is_dorys_ratio_rule() {
+        let recs = compressible_records(30);
+        let mut buf = Vec::new();
+        let CompressionOutcome::Compressed {
+            uncompressed,
+            compressed,
+        } = encode_with(&mut buf, codec_only(Codec::Gzip), 100, &recs)
+        else {
+            panic!("text compresses");
+        };
+        // The smallest threshold that keeps it: ceil(100 * compressed / uncompressed).
+        let keep = u32::try_from((100 * compressed).div_ceil(uncompressed)).unwrap();
+        let mut buf = Vec::new();
+        assert!(matches!(
+            encode_with(&mut buf, codec_only(Codec::Gzip), keep, &recs),
+            CompressionOutcome::Compressed { .. }
+        ));
+        let mut buf = Vec::new();
+        assert!(matches!(
+            encode_with(&mut buf, codec_only(Codec::Gzip), keep - 1, &recs),
+            CompressionOutcome::NotCompressible { .. }
+        ));
+        assert_eq!(decode_batches(&buf).unwrap()[0].attributes, 0);
+        // 0 never compresses.
+        let mut buf = Vec::new();
+        assert!(matches!(
+            encode_with(&mut buf, codec_only(Codec::Zstd), 0, &recs),
+            CompressionOutcome::NotCompressible { .. }
+        ));
+    }
+
+    #[test]
+    fn compression_errors_fall_back_to_a_valid_batch() {
+        let recs = sample();
+        let bad = Compression {
+            codec: Codec::Gzip,
+            level: Some(42),
+        };
+        let mut buf = b"xy".to_vec();
+        let outcome = encode_with(&mut buf, bad, 100, &recs);
+        assert!(matches!(
+            outcome,
+            CompressionOutcome::Error(CompressError::InvalidLevel { level: 42, .. })
+        ));
+        assert_eq!(&buf[2..], &encode(recs[0].0, &recs)[..]);
+    }
+
+    #[test]
+    fn mixed_batches_back_to_back_decode() {
+        let recs = compressible_records(10);
+        let mut buf = Vec::new();
+        for codec in Codec::ALL {
+            let _ = encode_with(&mut buf, codec_only(codec), 100, &recs);
+        }
+        let batches = decode_batches(&buf).unwrap();
+        let codecs: Vec<i16> = batches.iter().map(|b| b.attributes).collect();
+        assert_eq!(codecs, [0, 1, 2, 3, 4]);
+        for b in &batches {
+            assert_eq!(records_of(b), recs);
+        }
+    }
+
+    #[test]
+    fn decompression_is_bounded_by_the_limit() {
+        let recs = compressible_records(50);
+        let mut buf = Vec::new();
+        let CompressionOutcome::Compressed { uncompressed, .. } =
+            encode_with(&mut buf, codec_only(Codec::Zstd), 100, &recs)
+        else {
+            panic!("text compresses");
+        };
+        assert_eq!(
+            decode_batches_limited(&buf, uncompressed - 1),
+            Err(DecodeError::InvalidRecord(
+                "records decompress beyond the limit"
+            ))
+        );
+        assert_eq!(decode_batches_limited(&buf, uncompressed).unwrap().len(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "finish_compressed")]
+    fn finish_refuses_a_compressed_batch() {
+        let mut buf = Vec::new();
+        let mut scratch = Vec::new();
+        let mut w =
+            RecordBatchWriter::begin_with(&mut buf, 0, codec_only(Codec::Lz4), &mut scratch);
+        w.append(&mut scratch, 0, None, Some(b"x"));
+        w.finish(&mut buf);
+    }
+
+    #[test]
+    #[should_panic(expected = "scratch buffer")]
+    fn records_in_the_wrong_buffer_are_caught() {
+        let mut buf = Vec::new();
+        let mut scratch = Vec::new();
+        let mut w =
+            RecordBatchWriter::begin_with(&mut buf, 0, codec_only(Codec::Lz4), &mut scratch);
+        w.append(&mut buf, 0, None, Some(b"x"));
+        let _ = w.finish_compressed(&mut buf, &scratch, 100);
+    }
+
+    #[test]
+    fn kafka_protocol_decompresses_our_batches() {
+        use kafka_protocol::records::{Compression as Kp, RecordCompression};
+        let recs = compressible_records(40);
+        for (codec, theirs) in [
+            (Codec::Gzip, Kp::Gzip),
+            (Codec::Snappy, Kp::Snappy),
+            (Codec::Lz4, Kp::Lz4),
+            (Codec::Zstd, Kp::Zstd),
+        ] {
+            let mut buf = Vec::new();
+            let outcome = encode_with(&mut buf, codec_only(codec), 100, &recs);
+            assert!(matches!(outcome, CompressionOutcome::Compressed { .. }));
+            let mut slice = &buf[..];
+            let sets = RecordBatchDecoder::decode_all(&mut slice).unwrap();
+            assert_eq!(sets.len(), 1);
+            assert_eq!(sets[0].compression, RecordCompression::RecordBatch(theirs));
+            let got: Vec<Rec> = sets[0]
+                .records
+                .iter()
+                .map(|r| {
+                    (
+                        r.timestamp,
+                        r.key.as_ref().map(|k| k.to_vec()),
+                        r.value.as_ref().map(|v| v.to_vec()),
+                    )
+                })
+                .collect();
+            assert_eq!(got, recs, "{codec}");
+        }
     }
 
     #[test]
@@ -572,6 +1032,23 @@ mod tests {
                 .map(|r| (r.timestamp, r.key.clone(), r.value.clone()))
                 .collect();
             prop_assert_eq!(got, recs);
+        }
+
+        #[test]
+        fn prop_compressed_roundtrip(recs in proptest::collection::vec(record_strategy(), 1..10),
+                                     codec in proptest::sample::select(Codec::ALL.to_vec()),
+                                     threshold in 0u32..=100) {
+            let mut buf = Vec::new();
+            let outcome = encode_with(&mut buf, codec_only(codec), threshold, &recs);
+            let b = decode_batches(&buf).unwrap();
+            prop_assert_eq!(b.len(), 1);
+            let expected_codec = match outcome {
+                CompressionOutcome::Compressed { .. } => codec.attribute(),
+                CompressionOutcome::Error(e) => return Err(TestCaseError::fail(e.to_string())),
+                _ => 0,
+            };
+            prop_assert_eq!(b[0].attributes, expected_codec);
+            prop_assert_eq!(records_of(&b[0]), recs);
         }
 
         #[test]
