@@ -31,6 +31,9 @@ pub struct TopicView {
     pub partitions: Vec<PartitionInfo>,
     /// Indexes into `partitions` of the usable ones.
     pub usable: Vec<usize>,
+    /// Partitions the topic has in metadata, leaders known or not (the Java client's
+    /// modulus for murmur2).
+    pub partition_count: usize,
 }
 
 impl TopicView {
@@ -53,7 +56,11 @@ impl TopicView {
             .filter(|(_, p)| p.usable)
             .map(|(i, _)| i)
             .collect();
-        TopicView { partitions, usable }
+        TopicView {
+            partitions,
+            usable,
+            partition_count: t.partitions.len(),
+        }
     }
 
     pub fn has_usable(&self) -> bool {
@@ -81,6 +88,12 @@ impl TopicView {
             .map(|k| &self.partitions[(i0 + k) % n])
             .find(|p| p.usable)
             .map(|p| p.id)
+    }
+
+    /// Partition `p` if usable, else the next usable one by id (wrapping).
+    pub fn usable_at_or_after(&self, p: i32) -> Option<i32> {
+        let ids = || self.usable.iter().map(|&i| self.partitions[i].id);
+        ids().find(|&id| id >= p).or_else(|| ids().next())
     }
 
     /// Round robin over the usable partitions, preferring those whose leader `is_up`.

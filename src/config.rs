@@ -96,6 +96,39 @@ pub struct RawConfig {
     pub rate_limit: RawRateLimit,
     #[serde(default)]
     pub partitioning: RawPartitioning,
+    #[serde(default)]
+    pub discard_log: RawDiscardLog,
+    #[serde(default)]
+    pub msg_debug: RawMsgDebug,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscardLog {
+    pub enable: Option<bool>,
+    pub path: Option<PathBuf>,
+    pub max_file_size: Option<ByteSize>,
+    pub max_archive_size: Option<ByteSize>,
+    /// Bytes of key and value logged: a size, or "unlimited".
+    pub max_msg_prefix_size: Option<crate::policy::RawCount>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMsgDebug {
+    pub enable: Option<bool>,
+    pub path: Option<PathBuf>,
+    pub time_limit_s: Option<u64>,
+    pub byte_limit: Option<ByteSize>,
+}
+
+/// The discard log file (one line per discarded message).
+#[derive(Debug, Clone)]
+pub struct DiscardLogConfig {
+    pub path: PathBuf,
+    pub max_file_size: u64,
+    pub max_archive_size: u64,
+    pub max_msg_prefix: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -291,6 +324,8 @@ pub struct Config {
     pub status: StatusConfig,
     /// Per-topic batching, compression, rate limits and partitioners.
     pub policies: Policies,
+    pub discard_log: Option<DiscardLogConfig>,
+    pub msg_debug: Option<crate::msg_debug::MsgDebugConfig>,
 }
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
@@ -385,7 +420,11 @@ impl Config {
             compression,
             rate_limit,
             partitioning,
+            discard_log,
+            msg_debug,
         } = raw;
+        let discard_log = discard_log_config(discard_log)?;
+        let msg_debug = msg_debug_config(msg_debug)?;
 
         // Inputs.
         let dgram_path = socket_path(
@@ -606,8 +645,66 @@ impl Config {
                 bad_msg_prefix_size: status.bad_msg_prefix_size.unwrap_or(256),
             },
             policies,
+            discard_log,
+            msg_debug,
         })
     }
+}
+
+fn absolute(key: &'static str, p: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    match p {
+        Some(p) if p.is_absolute() => Ok(p),
+        Some(p) => Err(invalid(
+            key,
+            format!("`{}` must be an absolute path", p.display()),
+        )),
+        None => Err(invalid(key, "required when enabled")),
+    }
+}
+
+fn discard_log_config(raw: RawDiscardLog) -> Result<Option<DiscardLogConfig>, ConfigError> {
+    if !raw.enable.unwrap_or(false) {
+        return Ok(None);
+    }
+    let max_msg_prefix = match raw.max_msg_prefix_size {
+        None => None,
+        Some(crate::policy::RawCount::Word(w)) if w == "unlimited" => None,
+        Some(crate::policy::RawCount::Word(w)) => Some(to_usize(
+            "discard_log.max_msg_prefix_size",
+            parse_byte_size(&w).map_err(|m| invalid("discard_log.max_msg_prefix_size", m))?,
+        )?),
+        Some(crate::policy::RawCount::Number(n)) => {
+            Some(to_usize("discard_log.max_msg_prefix_size", n)?)
+        }
+    };
+    Ok(Some(DiscardLogConfig {
+        path: absolute("discard_log.path", raw.path)?,
+        max_file_size: positive(
+            "discard_log.max_file_size",
+            raw.max_file_size.map_or(1 << 20, |b| b.0),
+        )?,
+        max_archive_size: raw.max_archive_size.map_or(32 << 20, |b| b.0),
+        max_msg_prefix,
+    }))
+}
+
+fn msg_debug_config(
+    raw: RawMsgDebug,
+) -> Result<Option<crate::msg_debug::MsgDebugConfig>, ConfigError> {
+    if !raw.enable.unwrap_or(false) {
+        return Ok(None);
+    }
+    Ok(Some(crate::msg_debug::MsgDebugConfig {
+        dir: absolute("msg_debug.path", raw.path)?,
+        time_limit: Duration::from_secs(positive(
+            "msg_debug.time_limit_s",
+            raw.time_limit_s.unwrap_or(3600),
+        )?),
+        byte_limit: positive(
+            "msg_debug.byte_limit",
+            raw.byte_limit.map_or(2 << 20, |b| b.0),
+        )?,
+    }))
 }
 
 /// Parses TOML text, reporting the file and toml's own message (which names the key).

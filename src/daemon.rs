@@ -116,6 +116,10 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         version: env!("CARGO_PKG_VERSION").to_string(),
     })));
     metrics.attach_pool(pool);
+    metrics.attach_msg_debug(Arc::new(crate::msg_debug::MsgDebug::new(
+        cfg.msg_debug.clone(),
+    )));
+    let discard_log = start_discard_log(&cfg, metrics);
 
     let (to_router, from_inputs) = bounded(INPUT_CHANNEL_CAP);
     let (to_control, from_control) = bounded::<Control>(4);
@@ -252,12 +256,53 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         let _ = w.join();
     }
     let left = metrics.total_in_flight();
+    if let Some(h) = discard_log {
+        // The log thread drains its queue; the metrics keep a sender, so it is not
+        // joined, only given a moment to write the last lines.
+        if let Some(log) = metrics.discard_log() {
+            let until = Instant::now() + std::time::Duration::from_secs(2);
+            while log.pending() > 0 && Instant::now() < until && !h.is_finished() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
     status.stop();
     if died {
         return Err(DaemonError::RouterDied);
     }
     log::info!("stopped ({left} message(s) unaccounted)");
     Ok(())
+}
+
+/// Opens the discard log and starts its thread; a failure only disables the log, as in
+/// Dory (discards are still counted and reported over HTTP).
+fn start_discard_log(
+    cfg: &Config,
+    metrics: &'static Metrics,
+) -> Option<std::thread::JoinHandle<()>> {
+    let d = cfg.discard_log.as_ref()?;
+    let log = match crate::discard_log::DiscardLog::open(
+        &d.path,
+        d.max_file_size,
+        d.max_archive_size,
+        d.max_msg_prefix,
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            log::warn!("discard log disabled: {e}");
+            return None;
+        }
+    };
+    match crate::discard_log::spawn(log, 65_536) {
+        Ok((sender, handle)) => {
+            metrics.attach_discard_log(sender);
+            Some(handle)
+        }
+        Err(e) => {
+            log::warn!("discard log disabled: cannot start its thread: {e}");
+            None
+        }
+    }
 }
 
 /// Blocks until SIGTERM/SIGINT (false) or the router's unexpected end (true).

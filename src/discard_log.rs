@@ -448,6 +448,16 @@ impl DiscardLogSender {
         }
     }
 
+    /// Lines queued and not yet written.
+    pub fn pending(&self) -> usize {
+        self.to_log.len()
+    }
+
+    /// How many bytes of key and value are logged (`None`: all).
+    pub fn max_msg_prefix(&self) -> Option<usize> {
+        self.max_msg_prefix
+    }
+
     /// Lines dropped because the channel was full or the log thread had stopped.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)

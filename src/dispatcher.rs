@@ -20,13 +20,17 @@ use crossbeam_channel::{bounded, select_biased, Receiver, Sender, TrySendError};
 use crate::backoff::Backoff;
 use crate::batcher::{KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
 use crate::config::Config;
+use crate::discards;
+use crate::kafka::compression::{Codec, Compression};
 use crate::kafka::connection::{ConnError, Connection};
 use crate::kafka::errors::{classify, error_name, ErrorAction};
 use crate::kafka::produce::{self, ProduceRequestWriter};
-use crate::kafka::record_batch::RecordBatchWriter;
+use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::PRODUCE_VERSIONS;
 use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId};
+use crate::msg_debug::DebugFile;
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
+use crate::policy::{CodecName, Policies};
 
 /// Largest Produce response we accept (a response lists only partitions we sent).
 const MAX_RESPONSE_SIZE: usize = 16 << 20;
@@ -47,6 +51,7 @@ pub struct DispatcherConfig {
     pub max_failed_attempts: u32,
     pub reconnect_backoff: Duration,
     pub reconnect_backoff_max: Duration,
+    pub policies: Policies,
 }
 
 impl DispatcherConfig {
@@ -64,6 +69,7 @@ impl DispatcherConfig {
             max_failed_attempts: c.delivery.max_failed_delivery_attempts,
             reconnect_backoff: c.delivery.retry_backoff,
             reconnect_backoff_max: c.delivery.retry_backoff_max,
+            policies: c.policies.clone(),
         }
     }
 }
@@ -167,6 +173,8 @@ pub fn spawn(
         carry: VecDeque::new(),
         correlation_id: 0,
         buf: Vec::new(),
+        scratch: Vec::new(),
+        zstd_warned: AtomicBool::new(false),
     };
     let thread = std::thread::Builder::new()
         .name(format!("dispatcher-{id}"))
@@ -220,6 +228,9 @@ struct Sender_ {
     carry: VecDeque<Batch>,
     correlation_id: i32,
     buf: Vec<u8>,
+    /// Uncompressed records of a batch being compressed.
+    scratch: Vec<u8>,
+    zstd_warned: AtomicBool,
 }
 
 /// Routes a set of batches back to the router (their messages are in the SendWait state).
@@ -472,6 +483,7 @@ impl Sender_ {
             }
             self.metrics.inc(Counter::SendProduceRequestOk);
             for p in &parts {
+                debug_log(self.metrics, DebugFile::Send, &p.name, &p.msgs);
                 let n = p.msgs.len() as i64;
                 self.metrics.queue_add(p.topic, QueueState::SendWait, -n);
                 self.metrics.queue_add(p.topic, QueueState::AckWait, n);
@@ -549,8 +561,52 @@ impl Sender_ {
         parts
     }
 
+    /// The compression for one partition's records: the topic's codec when the record set
+    /// reaches its `min_size` (Σ key + value + 26, Dory's rule) and the broker can read it.
+    fn compression_for(&self, p: &Part, version: i16) -> Compression {
+        let c = self.cfg.policies.for_topic(&p.name).compression;
+        let codec = match c.codec {
+            CodecName::None => return Compression::NONE,
+            CodecName::Gzip => Codec::Gzip,
+            CodecName::Snappy => Codec::Snappy,
+            CodecName::Lz4 => Codec::Lz4,
+            CodecName::Zstd => Codec::Zstd,
+        };
+        if p.kafka_bytes < c.min_size {
+            self.metrics.inc(Counter::MsgSetCompressionNo);
+            return Compression::NONE;
+        }
+        if version < codec.min_produce_version() {
+            self.metrics.inc(Counter::MsgSetZstdUnsupportedByBroker);
+            if !self.zstd_warned.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "broker {}: topic [{}] is configured for {} but the broker speaks Produce v{version} (v{} needed); sending uncompressed",
+                    self.id,
+                    String::from_utf8_lossy(&p.name),
+                    codec.name(),
+                    codec.min_produce_version()
+                );
+            }
+            return Compression::NONE;
+        }
+        Compression::new(codec, c.level).unwrap_or(Compression { codec, level: None })
+    }
+
     fn encode(&mut self, parts: &[Part], version: i16) {
-        let buf = &mut self.buf;
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.encode_into(parts, version, &mut buf, &mut scratch);
+        self.buf = buf;
+        self.scratch = scratch;
+    }
+
+    fn encode_into(
+        &mut self,
+        parts: &[Part],
+        version: i16,
+        buf: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) {
         buf.clear();
         let topic_count = parts
             .iter()
@@ -576,14 +632,16 @@ impl Sender_ {
             for p in &parts[i..j] {
                 w.begin_partition(buf, p.partition);
                 let base_ts = p.msgs.first().map_or(0, |m| m.timestamp);
-                let mut rb = RecordBatchWriter::begin(buf, base_ts, 0);
+                let compression = self.compression_for(p, version);
+                let mut rb = RecordBatchWriter::begin_with(buf, base_ts, compression, scratch);
                 for m in &p.msgs {
                     let k = m.key_len();
                     let v = m.value_len();
                     // An empty key goes out as a null key, as Dory does.
                     let key_len = (k > 0).then_some(k);
+                    let target = rb.records_buf(buf, scratch);
                     rb.append_parts(
-                        buf,
+                        target,
                         m.timestamp,
                         key_len,
                         Some(v),
@@ -591,7 +649,23 @@ impl Sender_ {
                         |b| m.payload.copy_to(k, v, b),
                     );
                 }
-                rb.finish(buf);
+                let threshold = u32::from(self.cfg.policies.size_threshold_percent);
+                match rb.finish_compressed(buf, scratch, threshold) {
+                    CompressionOutcome::Uncompressed => {}
+                    CompressionOutcome::Compressed { .. } => {
+                        self.metrics.inc(Counter::MsgSetCompressionYes)
+                    }
+                    CompressionOutcome::NotCompressible { .. } => {
+                        self.metrics.inc(Counter::MsgSetNotCompressible)
+                    }
+                    CompressionOutcome::Error(e) => {
+                        self.metrics.inc(Counter::MsgSetCompressionError);
+                        log::error!(
+                            "broker {}: compression failed, sent uncompressed: {e}",
+                            self.id
+                        );
+                    }
+                }
                 w.end_partition(buf);
             }
             i = j;
@@ -725,10 +799,10 @@ impl Receiver_ {
                 .queue_add(p.topic, QueueState::AckWait, -(n as i64));
             self.metrics.inc(Counter::for_ack_error(code));
             if code == 0 {
+                debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
                 self.metrics.delivered(p.topic, n);
                 continue;
             }
-            let (lo, hi) = min_max_ts(&p.msgs);
             let action = classify(code);
             if action == ErrorAction::Discard {
                 log::error!(
@@ -738,8 +812,7 @@ impl Receiver_ {
                     p.partition,
                     error_name(code)
                 );
-                self.metrics
-                    .discarded(p.topic, DiscardReason::KafkaError, n, lo, hi);
+                discards::discard(self.metrics, p.msgs, DiscardReason::KafkaError);
                 continue;
             }
             // A failed attempt: count it; past the limit the message is discarded.
@@ -748,7 +821,6 @@ impl Receiver_ {
                 .into_iter()
                 .partition_map_attempts(self.cfg.max_failed_attempts);
             if !over.is_empty() {
-                let (lo, hi) = min_max_ts(&over);
                 log::error!(
                     "broker {}: discarding {} message(s) of topic [{}] after {} failed attempts (last error {})",
                     self.id,
@@ -757,13 +829,7 @@ impl Receiver_ {
                     self.cfg.max_failed_attempts + 1,
                     error_name(code)
                 );
-                self.metrics.discarded(
-                    p.topic,
-                    DiscardReason::AttemptLimit,
-                    over.len() as u64,
-                    lo,
-                    hi,
-                );
+                discards::discard(self.metrics, over, DiscardReason::AttemptLimit);
             }
             if keep.is_empty() {
                 continue;
@@ -794,10 +860,22 @@ impl Receiver_ {
     }
 }
 
-fn min_max_ts(msgs: &[Msg]) -> (i64, i64) {
-    msgs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), m| {
-        (lo.min(m.timestamp), hi.max(m.timestamp))
-    })
+/// Writes the messages to a message debug file, if debug logging is on for the topic.
+fn debug_log(metrics: &Metrics, file: DebugFile, topic: &[u8], msgs: &[Msg]) {
+    let Some(d) = metrics.msg_debug() else {
+        return;
+    };
+    if !d.enabled_for(topic) {
+        return;
+    }
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    for m in msgs {
+        key.clear();
+        value.clear();
+        m.payload.copy_to(0, m.key_len(), &mut key);
+        m.payload.copy_to(m.key_len(), m.value_len(), &mut value);
+        d.log(file, m.timestamp, topic, &key, &value);
+    }
 }
 
 /// Counts one more failed attempt on each message and splits off those past the limit.

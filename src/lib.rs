@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod discard_log;
+pub mod discards;
 pub mod dispatcher;
 pub mod input;
 pub mod kafka;

@@ -209,6 +209,8 @@ counters! {
     PerTopicBatchPartitionKey, SerializeMsg, SerializeMsgSet, SerializeTopicGroup,
     SerializeProduceRequest, MsgSetCompressionYes, MsgSetCompressionNo, MsgSetNotCompressible,
     MsgSetCompressionError,
+    // dory: zstd configured, broker below Produce v7, sent uncompressed.
+    MsgSetZstdUnsupportedByBroker,
     // Codecs.
     ZlibCompressSuccess, ZlibBufError, ZlibDataError, ZlibDecompressOutOfSpace,
     ZlibNeedDictError, ZlibNotAtEndAfterCompress, ZlibOverflowComputingCompressBufSize,
@@ -433,6 +435,10 @@ pub struct Metrics {
     pool_used: AtomicU64,
     /// The live pool, once attached: its gauges are then read at scrape time.
     live_pool: std::sync::OnceLock<&'static crate::pool::Pool>,
+    /// The discard log, when configured.
+    discard_log: std::sync::OnceLock<crate::discard_log::DiscardLogSender>,
+    /// Message debug logging (always present; refuses requests when not configured).
+    msg_debug: std::sync::OnceLock<Arc<crate::msg_debug::MsgDebug>>,
 }
 
 impl Metrics {
@@ -455,6 +461,8 @@ impl Metrics {
             pool_capacity: AtomicU64::new(0),
             pool_used: AtomicU64::new(0),
             live_pool: std::sync::OnceLock::new(),
+            discard_log: std::sync::OnceLock::new(),
+            msg_debug: std::sync::OnceLock::new(),
         }
     }
 
@@ -656,6 +664,24 @@ impl Metrics {
         );
         self.pool_used
             .store(u64::try_from(used).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Writes discards to this log from now on.
+    pub fn attach_discard_log(&self, log: crate::discard_log::DiscardLogSender) {
+        let _ = self.discard_log.set(log);
+    }
+
+    pub fn discard_log(&self) -> Option<&crate::discard_log::DiscardLogSender> {
+        self.discard_log.get()
+    }
+
+    /// Shares message debug logging with every role and the status server.
+    pub fn attach_msg_debug(&self, d: Arc<crate::msg_debug::MsgDebug>) {
+        let _ = self.msg_debug.set(d);
+    }
+
+    pub fn msg_debug(&self) -> Option<&crate::msg_debug::MsgDebug> {
+        self.msg_debug.get().map(|d| &**d)
     }
 
     /// Reads the pool's gauges live from now on (instead of [`Metrics::set_pool`]).

@@ -15,12 +15,17 @@ use crossbeam_channel::{select_biased, Receiver, Sender, TrySendError};
 use crate::backoff::{retry_delay, Backoff, Rng};
 use crate::batcher::{OpenBatch, KAFKA_MSG_OVERHEAD};
 use crate::cluster::{Cluster, TopicView};
+use crate::config::BatchLimits;
 use crate::config::Config;
 use crate::dispatcher::{self, DispatcherConfig, DispatcherHandle};
 use crate::metrics::{DiscardReason, Metrics, QueueState, TopicId};
+use crate::msg_debug::DebugFile;
+use crate::partitioner::java_partition;
 use crate::pipeline::{
     Batch, Control, MetaRequest, MetaResponse, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP,
 };
+use crate::policy::{BatchAction, Partitioner, TopicPolicy};
+use crate::rate_limit::RateLimiter;
 use crate::status::StatusRequest;
 
 /// How often the router looks at the clock while shutting down.
@@ -58,6 +63,11 @@ struct TopicSlot {
     lookup: Option<Lookup>,
     /// Until when the topic counts as bad without asking again.
     bad_until: Option<Instant>,
+    /// Batching, compression, rate limit and partitioner of the topic (resolved once).
+    policy: Option<TopicPolicy>,
+    limiter: Option<RateLimiter>,
+    /// Round-robin counter for combined-topics batches.
+    rr_combined: usize,
 }
 
 /// Messages held while a topic is looked up (or auto-created).
@@ -77,6 +87,19 @@ impl Lookup {
     fn expired(&self, now: Instant, wait: Duration) -> bool {
         self.asked_at.is_some_and(|a| now >= a + wait)
     }
+}
+
+/// No batching limit: each message goes on its own.
+const NO_LIMITS: BatchLimits = BatchLimits {
+    time: None,
+    messages: None,
+    bytes: None,
+};
+
+/// An open per-topic (or per-partition) batch with the limits of its topic.
+struct Open {
+    batch: OpenBatch,
+    limits: BatchLimits,
 }
 
 /// Batching key: AnyPartition messages of a topic share one batch (its partition is chosen
@@ -110,7 +133,11 @@ pub struct Router {
     cluster: Cluster,
     have_metadata: bool,
     topics: Vec<TopicSlot>,
-    batches: HashMap<BatchKey, OpenBatch>,
+    batches: HashMap<BatchKey, Open>,
+    /// Combined-topics batches, per destination broker.
+    combined: HashMap<i32, OpenBatch>,
+    /// Reused buffer for message keys (murmur2).
+    scratch: Vec<u8>,
     next_batch_expiry: Option<Instant>,
     brokers: HashMap<i32, Broker>,
     /// Batches waiting out a retry backoff.
@@ -150,6 +177,8 @@ impl Router {
             have_metadata: false,
             topics: Vec::new(),
             batches: HashMap::new(),
+            combined: HashMap::new(),
+            scratch: Vec::new(),
             next_batch_expiry: None,
             brokers: HashMap::new(),
             delayed: Vec::new(),
@@ -329,10 +358,47 @@ impl Router {
         self.route_new(m, now);
     }
 
+    /// The topic's policy, resolved from the config once.
+    fn policy(&mut self, t: TopicId) -> TopicPolicy {
+        let cfg = self.cfg.clone();
+        let metrics = self.metrics;
+        let slot = self.slot(t);
+        if let Some(p) = slot.policy {
+            return p;
+        }
+        let name = slot
+            .name
+            .get_or_insert_with(|| metrics.topic_name(t))
+            .clone();
+        let p = cfg.policies.for_topic(&name);
+        slot.policy = Some(p);
+        slot.limiter = p
+            .rate_limit
+            .map(|r| RateLimiter::new(r.interval, r.max_count));
+        p
+    }
+
+    /// The partition a message must go to, if its key decides it: PartitionKey messages
+    /// by Dory's rule, AnyPartition messages with a key under the murmur2 partitioner as
+    /// the Java client would. `None`: any partition (round robin).
+    fn keyed_partition(&mut self, t: TopicId, m: &Msg, policy: &TopicPolicy) -> Option<i32> {
+        if let Some(k) = m.partition_key {
+            return self.view(t)?.partition_for_key(k);
+        }
+        if policy.partitioner != Partitioner::Murmur2 || m.key_len() == 0 {
+            return None;
+        }
+        let count = self.view(t)?.partition_count;
+        self.scratch.clear();
+        m.payload.copy_to(0, m.key_len(), &mut self.scratch);
+        let p = java_partition(&self.scratch, count)?;
+        self.view(t)?.usable_at_or_after(i32::try_from(p).ok()?)
+    }
+
     /// Batches a validated message for a known topic.
     fn route_new(&mut self, m: Msg, now: Instant) {
         let t = m.topic;
-        let partition = match self.view(t) {
+        match self.view(t) {
             None => {
                 self.hold_for_lookup(m, now);
                 return;
@@ -341,20 +407,36 @@ impl Router {
                 self.discard_msgs(vec![m], DiscardReason::NoAvailablePartitions);
                 return;
             }
-            Some(v) => match m.partition_key {
-                Some(k) => v.partition_for_key(k),
-                None => None,
-            },
+            Some(_) => {}
+        }
+        let policy = self.policy(t);
+        if let Some(l) = self.topics[t as usize].limiter.as_mut() {
+            if !l.allow(m.arrival) {
+                self.discard_msgs(vec![m], DiscardReason::RateLimit);
+                return;
+            }
+        }
+        self.debug_log(DebugFile::Receive, &m);
+        let partition = self.keyed_partition(t, &m, &policy);
+        let limits = match policy.batching.action {
+            BatchAction::PerTopic => policy.batching.limits,
+            BatchAction::CombinedTopics if self.cfg.policies.combined.is_some() => {
+                self.add_combined(m, partition, now);
+                return;
+            }
+            BatchAction::CombinedTopics | BatchAction::Disable => NO_LIMITS,
         };
         let key = (t, partition);
-        let limits = self.cfg.batching.limits;
         let max_kafka = self.cfg.batching.message_max_bytes;
         self.metrics.queue_add(t, QueueState::Batch, 1);
-        let open = self.batches.entry(key).or_default();
-        let was_empty = open.is_empty();
-        let emit = open.add(m, &limits, max_kafka, now);
-        if was_empty || open.is_empty() {
-            if let Some(d) = open.deadline(&limits) {
+        let open = self.batches.entry(key).or_insert_with(|| Open {
+            batch: OpenBatch::default(),
+            limits,
+        });
+        let was_empty = open.batch.is_empty();
+        let emit = open.batch.add(m, &limits, max_kafka, now);
+        if was_empty || open.batch.is_empty() {
+            if let Some(d) = open.batch.deadline(&limits) {
                 self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
             }
         }
@@ -364,6 +446,86 @@ impl Router {
         if let Some(m) = emit.alone {
             self.emit(key, vec![m]);
         }
+    }
+
+    /// Adds a message to the combined-topics batch of its destination broker.
+    fn add_combined(&mut self, m: Msg, partition: Option<i32>, now: Instant) {
+        let t = m.topic;
+        let partition = partition.or_else(|| self.round_robin(t));
+        let Some(broker) = partition.and_then(|p| self.view(t)?.leader_of(p)) else {
+            self.discard_msgs(vec![m], DiscardReason::NoAvailablePartitions);
+            return;
+        };
+        let limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        self.metrics.queue_add(t, QueueState::Batch, 1);
+        let open = self.combined.entry(broker).or_default();
+        let was_empty = open.is_empty();
+        let emit = open.add(m, &limits, max_kafka, now);
+        if was_empty || open.is_empty() {
+            if let Some(d) = open.deadline(&limits) {
+                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
+            }
+        }
+        if let Some(msgs) = emit.batch {
+            self.emit_combined(broker, msgs);
+        }
+        if let Some(m) = emit.alone {
+            self.emit_combined(broker, vec![m]);
+        }
+    }
+
+    /// A completed combined-topics batch for `broker`: keyed messages go to their
+    /// partitions; each topic's other messages share one partition led by that broker
+    /// (rotating per batch, as Dory's connectors do per request).
+    fn emit_combined(&mut self, broker: i32, msgs: Vec<Msg>) {
+        let mut groups: Vec<(TopicId, Option<i32>, Vec<Msg>)> = Vec::new();
+        for m in msgs {
+            let t = m.topic;
+            let policy = self.policy(t);
+            let p = self.keyed_partition(t, &m, &policy);
+            match groups.iter_mut().find(|(gt, gp, _)| *gt == t && *gp == p) {
+                Some((_, _, v)) => v.push(m),
+                None => groups.push((t, p, vec![m])),
+            }
+        }
+        for (t, p, msgs) in groups {
+            let p = p.or_else(|| self.partition_led_by(t, broker));
+            self.emit((t, p), msgs);
+        }
+    }
+
+    /// The next usable partition of `t` led by `broker`, rotating.
+    fn partition_led_by(&mut self, t: TopicId, broker: i32) -> Option<i32> {
+        self.view(t)?;
+        let slot = &mut self.topics[t as usize];
+        let view = slot.view.as_ref()?;
+        let led: Vec<i32> = view
+            .usable
+            .iter()
+            .map(|&i| &view.partitions[i])
+            .filter(|p| p.leader == broker)
+            .map(|p| p.id)
+            .collect();
+        if led.is_empty() {
+            return None;
+        }
+        slot.rr_combined = slot.rr_combined.wrapping_add(1);
+        Some(led[slot.rr_combined % led.len()])
+    }
+
+    fn debug_log(&mut self, file: DebugFile, m: &Msg) {
+        let Some(d) = self.metrics.msg_debug() else {
+            return;
+        };
+        let name = self.metrics.topic_name(m.topic);
+        if !d.enabled_for(&name) {
+            return;
+        }
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        m.payload.copy_to(0, m.key_len(), &mut key);
+        m.payload.copy_to(m.key_len(), m.value_len(), &mut value);
+        d.log(file, m.timestamp, &name, &key, &value);
     }
 
     /// Holds a message until its topic's metadata is known. Before the first metadata
@@ -492,9 +654,16 @@ impl Router {
     fn flush_all_batches(&mut self) {
         let keys: Vec<BatchKey> = self.batches.keys().copied().collect();
         for key in keys {
-            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
+            let msgs = self.batches.get_mut(&key).map(|o| o.batch.take());
             if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
                 self.emit(key, msgs);
+            }
+        }
+        let brokers: Vec<i32> = self.combined.keys().copied().collect();
+        for b in brokers {
+            let msgs = self.combined.get_mut(&b).map(OpenBatch::take);
+            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+                self.emit_combined(b, msgs);
             }
         }
         self.next_batch_expiry = None;
@@ -539,16 +708,15 @@ impl Router {
             self.discard_batch(batch, DiscardReason::Shutdown);
             return;
         }
-        let (mut dups, mut lo, mut hi) = (0u64, i64::MAX, i64::MIN);
-        for m in &mut batch.msgs {
-            if std::mem::take(&mut m.maybe_sent) {
-                dups += 1;
-                lo = lo.min(m.timestamp);
-                hi = hi.max(m.timestamp);
-            }
-        }
-        if dups > 0 {
-            self.metrics.possible_duplicates(batch.topic, dups, lo, hi);
+        if batch.msgs.iter().any(|m| m.maybe_sent) {
+            let (dups, rest): (Vec<Msg>, Vec<Msg>) =
+                batch.msgs.into_iter().partition(|m| m.maybe_sent);
+            crate::discards::possible_duplicates(self.metrics, &dups);
+            batch.msgs = rest;
+            batch.msgs.extend(dups.into_iter().map(|mut m| {
+                m.maybe_sent = false;
+                m
+            }));
         }
         match reason {
             ReturnReason::Retry => self.dispatch(batch),
@@ -589,21 +757,22 @@ impl Router {
             }
             Some(true) => {}
         }
+        let policy = self.policy(t);
         let mut any = Vec::new();
         let mut keyed: Vec<(i32, Vec<Msg>)> = Vec::new();
         for m in batch.msgs {
-            match m.partition_key {
-                None => any.push(m),
-                Some(k) => {
-                    let p = self
-                        .view(t)
-                        .and_then(|v| v.partition_for_key(k))
-                        .unwrap_or(batch.partition);
-                    match keyed.iter_mut().find(|(q, _)| *q == p) {
-                        Some((_, v)) => v.push(m),
-                        None => keyed.push((p, vec![m])),
-                    }
-                }
+            let keyed_by = m.partition_key.is_some()
+                || (policy.partitioner == Partitioner::Murmur2 && m.key_len() > 0);
+            if !keyed_by {
+                any.push(m);
+                continue;
+            }
+            let p = self
+                .keyed_partition(t, &m, &policy)
+                .unwrap_or(batch.partition);
+            match keyed.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, v)) => v.push(m),
+                None => keyed.push((p, vec![m])),
             }
         }
         if !any.is_empty() {
@@ -934,25 +1103,42 @@ impl Router {
     }
 
     fn expire_batches(&mut self, now: Instant) {
-        let limits = self.cfg.batching.limits;
         let due: Vec<BatchKey> = self
             .batches
             .iter()
-            .filter(|(_, b)| b.deadline(&limits).is_some_and(|d| now >= d))
+            .filter(|(_, o)| o.batch.deadline(&o.limits).is_some_and(|d| now >= d))
             .map(|(k, _)| *k)
             .collect();
         for key in due {
-            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
+            let msgs = self.batches.get_mut(&key).map(|o| o.batch.take());
             if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
                 self.emit(key, msgs);
             }
         }
-        self.batches.retain(|_, b| !b.is_empty());
-        self.next_batch_expiry = self
+        let combined_limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
+        let due: Vec<i32> = self
+            .combined
+            .iter()
+            .filter(|(_, b)| b.deadline(&combined_limits).is_some_and(|d| now >= d))
+            .map(|(k, _)| *k)
+            .collect();
+        for broker in due {
+            let msgs = self.combined.get_mut(&broker).map(OpenBatch::take);
+            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+                self.emit_combined(broker, msgs);
+            }
+        }
+        self.batches.retain(|_, o| !o.batch.is_empty());
+        self.combined.retain(|_, b| !b.is_empty());
+        let per_topic = self
             .batches
             .values()
-            .filter_map(|b| b.deadline(&limits))
-            .min();
+            .filter_map(|o| o.batch.deadline(&o.limits));
+        let combined = self
+            .combined
+            .values()
+            .filter_map(|b| b.deadline(&combined_limits));
+        self.next_batch_expiry = per_topic.chain(combined).min();
     }
 
     // ----- shutdown -----
@@ -974,7 +1160,12 @@ impl Router {
     /// Past the deadline: everything the router holds is discarded as `shutdown`.
     fn discard_everything_held(&mut self) {
         for key in self.batches.keys().copied().collect::<Vec<_>>() {
-            if let Some(msgs) = self.batches.get_mut(&key).map(OpenBatch::take) {
+            if let Some(msgs) = self.batches.get_mut(&key).map(|o| o.batch.take()) {
+                self.discard_staged(msgs, DiscardReason::Shutdown, QueueState::Batch);
+            }
+        }
+        for b in self.combined.keys().copied().collect::<Vec<_>>() {
+            if let Some(msgs) = self.combined.get_mut(&b).map(OpenBatch::take) {
                 self.discard_staged(msgs, DiscardReason::Shutdown, QueueState::Batch);
             }
         }
@@ -1070,23 +1261,14 @@ impl Router {
     }
 
     fn discard_staged(&mut self, msgs: Vec<Msg>, reason: DiscardReason, state: QueueState) {
-        if let Some(m) = msgs.first() {
-            self.metrics.queue_add(m.topic, state, -(msgs.len() as i64));
+        for m in &msgs {
+            self.metrics.queue_add(m.topic, state, -1);
         }
         self.discard_counted(msgs, reason);
     }
 
     fn discard_counted(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
-        let Some(first) = msgs.first() else {
-            return;
-        };
-        let t = first.topic;
-        let (lo, hi) = msgs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), m| {
-            (lo.min(m.timestamp), hi.max(m.timestamp))
-        });
-        self.metrics.discarded(t, reason, msgs.len() as u64, lo, hi);
-        // Dropping the messages returns their pool space.
-        drop(msgs);
+        crate::discards::discard(self.metrics, msgs, reason);
     }
 }
 

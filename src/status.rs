@@ -218,9 +218,10 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
         "/metadata_fetch_time/json" => Reply::ok(JSON, metadata_fetch_time_json(m, now_ms)),
         "/health" => health(m),
         "/metrics" => Reply::ok(PROMETHEUS, prometheus(m)),
-        p if p.starts_with("/msg_debug/") => {
-            Reply::text(404, "message debug logging is not configured\n".into())
-        }
+        p if p.starts_with("/msg_debug/") => match m.msg_debug().and_then(|d| d.handle_http(p)) {
+            Some(r) => Reply::text(r.status, r.body),
+            None => Reply::text(404, "message debug logging is not configured\n".into()),
+        },
         _ => Reply::ok(HTML, index_html()),
     }
 }

@@ -9,7 +9,9 @@ pub mod wire;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::discard_log::{DiscardInfo, DiscardKind};
 
 use crossbeam_channel::Sender;
 
@@ -79,6 +81,16 @@ impl InputCtx {
             Ok(msg) => self.accept_parsed(msg, source, out),
             Err(e) => {
                 m.received(NO_TOPIC, 1);
+                if let Some(log) = m.discard_log() {
+                    let info = match e {
+                        WireError::Malformed(_) => DiscardInfo::Malformed,
+                        WireError::UnsupportedApiKey(k) => DiscardInfo::ApiKey(k),
+                        WireError::UnsupportedVersion { version, .. } => {
+                            DiscardInfo::Version(version)
+                        }
+                    };
+                    log.log_input(SystemTime::now(), info, bytes);
+                }
                 match e {
                     WireError::Malformed(_) => {
                         m.inc(Counter::InputAgentDiscardMsgMalformed);
@@ -122,6 +134,17 @@ impl InputCtx {
         m.received(topic, 1);
         let len = msg.key.len() + msg.value.len();
         let Some(mut payload) = self.pool.alloc(len) else {
+            if let Some(log) = m.discard_log() {
+                let kind = DiscardKind::Discard(DiscardInfo::NoMem);
+                log.log(
+                    SystemTime::now(),
+                    msg.timestamp,
+                    kind,
+                    msg.topic,
+                    msg.key,
+                    msg.value,
+                );
+            }
             m.inc(Counter::InputAgentDiscardMsgNoMem);
             m.discarded(
                 topic,

@@ -18,6 +18,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::wire::{FrameError, StreamFramer};
 use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
+use crate::discard_log::DiscardInfo;
 use crate::metrics::{Counter, DiscardReason, NO_TOPIC};
 use crate::pipeline::INPUT_BATCH_MAX;
 
@@ -288,6 +289,14 @@ fn unclean(ctx: &InputCtx, tcp: bool, partial: &[u8]) {
     });
     m.received(NO_TOPIC, 1);
     m.unclean_disconnect(tcp, partial);
+    if let Some(log) = m.discard_log() {
+        let info = if tcp {
+            DiscardInfo::UncleanTcp
+        } else {
+            DiscardInfo::UncleanUnix
+        };
+        log.log_input(std::time::SystemTime::now(), info, partial);
+    }
     log::warn!(
         "{} client disconnected in the middle of a message ({} bytes buffered)",
         if tcp { "TCP" } else { "UNIX stream" },
@@ -308,5 +317,12 @@ fn bad_size(ctx: &InputCtx, tcp: bool, e: &FrameError, buffered: &[u8]) {
     m.inc(Counter::InputAgentDiscardMsgMalformed);
     m.received(NO_TOPIC, 1);
     m.input_discard(DiscardReason::Malformed, buffered);
+    if let Some(log) = m.discard_log() {
+        log.log_input(
+            std::time::SystemTime::now(),
+            DiscardInfo::Malformed,
+            buffered,
+        );
+    }
     log::warn!("stream input: {e}; disconnecting the client");
 }
