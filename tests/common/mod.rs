@@ -1957,3 +1957,76 @@ pub fn verify_delivery(sent: &[TestMsg], got: &[Consumed], partitions: i32) -> R
     }
     Err(report)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Additions for the fault suite (tests/faults.rs): possible duplicates, pool gauge, Dory's
+// counters, and SIGTERM without waiting (so the test can scrape while the daemon shuts down)
+// ---------------------------------------------------------------------------------------------
+
+/// Messages resent after a lost connection, per topic.
+pub const METRIC_POSSIBLE_DUPLICATES: &str = "dory_possible_duplicates_total";
+/// Pool gauge (`state` = `used` | `capacity`), bytes.
+pub const METRIC_POOL_BYTES: &str = "dory_pool_bytes";
+
+impl Metrics {
+    /// The value of the sample `name` whose labels are exactly `labels` (absent = None).
+    pub fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+            })
+            .map(|s| s.value)
+    }
+    /// `dory_possible_duplicates_total{topic}` (absent = 0).
+    pub fn possible_duplicates(&self, topic: &str) -> u64 {
+        self.sample(METRIC_POSSIBLE_DUPLICATES, &[("topic", topic)])
+            .map_or(0, |v| v as u64)
+    }
+    /// `dory_pool_bytes{state="used"}`, if exposed.
+    pub fn pool_used(&self) -> Option<u64> {
+        self.sample(METRIC_POOL_BYTES, &[("state", "used")])
+            .map(|v| v as u64)
+    }
+}
+
+impl Dory {
+    /// Sends SIGTERM to the daemon's PID and returns at once (see [`Dory::terminate`] for
+    /// the waiting variant).
+    pub fn sigterm(&self) {
+        self.proc.sigterm();
+    }
+
+    /// Waits up to `timeout` for the daemon to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.proc.wait_exit(timeout)
+    }
+
+    /// `GET /counters/json` as name → value (Dory's counter catalogue: `AckOk`,
+    /// `AckErrorNotEnoughReplicas`, ...).
+    pub fn counters(&self) -> Result<BTreeMap<String, u64>, String> {
+        let (code, body) = self
+            .http_get_result("/counters/json")
+            .map_err(|e| format!("GET /counters/json: {e}"))?;
+        if code != 200 {
+            return Err(format!("GET /counters/json answered {code}: {body}"));
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("/counters/json: {e}: {body}"))?;
+        let list = json["counters"]
+            .as_array()
+            .ok_or_else(|| format!("/counters/json has no \"counters\" array: {body}"))?;
+        let mut out = BTreeMap::new();
+        for c in list {
+            let (Some(name), Some(value)) = (c["name"].as_str(), c["value"].as_u64()) else {
+                return Err(format!("/counters/json: bad entry {c}"));
+            };
+            out.insert(name.to_string(), value);
+        }
+        Ok(out)
+    }
+}
