@@ -270,7 +270,20 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     if died {
         return Err(DaemonError::RouterDied);
     }
-    log::info!("stopped ({left} message(s) unaccounted)");
+    let topics = metrics.snapshot_topics();
+    let received: u64 = topics.iter().map(|t| t.received).sum();
+    let delivered: u64 = topics.iter().map(|t| t.delivered).sum();
+    let by_reason: Vec<String> = crate::metrics::DiscardReason::ALL
+        .iter()
+        .filter_map(|r| {
+            let n: u64 = topics.iter().map(|t| t.discarded(*r)).sum();
+            (n > 0).then(|| format!("{}={n}", r.as_str()))
+        })
+        .collect();
+    log::info!(
+        "stopped: received {received}, delivered {delivered}, discarded [{}], in flight {left}",
+        by_reason.join(" ")
+    );
     Ok(())
 }
 

@@ -35,6 +35,9 @@ const SHUTDOWN_TICK: Duration = Duration::from_millis(20);
 const BAD_TOPIC_MEMORY: Duration = Duration::from_secs(5);
 /// Pause between lookups of a topic being auto-created.
 const TOPIC_LOOKUP_RETRY: Duration = Duration::from_millis(300);
+/// Metadata refresh pacing while partitions of topics in use lack a usable leader.
+const DEGRADED_REFRESH_MIN: Duration = Duration::from_millis(250);
+const DEGRADED_REFRESH_MAX: Duration = Duration::from_secs(5);
 /// Minimum time between two metadata refreshes caused by errors.
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(250);
 /// How long dispatcher threads may take to stop after the shutdown deadline before the
@@ -154,6 +157,8 @@ pub struct Router {
     full_fetch_at: Option<Instant>,
     last_full_fetch: Option<Instant>,
     fetch_backoff: Backoff,
+    /// Refresh pacing while some partitions are unusable.
+    degraded_backoff: Backoff,
     next_periodic_refresh: Instant,
     shutdown: Option<Instant>,
     rng: Rng,
@@ -167,6 +172,7 @@ impl Router {
         let next_periodic_refresh =
             now + jittered(cfg.delivery.metadata_refresh_interval, &mut rng);
         Router {
+            degraded_backoff: Backoff::new(DEGRADED_REFRESH_MIN, DEGRADED_REFRESH_MAX),
             fetch_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
             cfg,
             dcfg,
@@ -914,6 +920,18 @@ impl Router {
         if changed {
             self.update_broker_addresses();
         }
+        // While a topic in use has partitions without a usable leader (a broker left,
+        // a leader election is under way), look again soon, backing off, so a broker
+        // that returns gets its partitions back within seconds, not at the next
+        // periodic refresh.
+        if full {
+            if self.degraded() {
+                let d = self.degraded_backoff.next_delay();
+                self.next_periodic_refresh = self.next_periodic_refresh.min(now + d);
+            } else {
+                self.degraded_backoff.reset();
+            }
+        }
         self.resolve_lookups(&resp.request, now);
         // Everything waiting for fresh metadata goes out again.
         for batch in std::mem::take(&mut self.awaiting_metadata) {
@@ -945,6 +963,16 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// Whether a topic we route to has partitions that cannot take writes.
+    fn degraded(&self) -> bool {
+        self.topics.iter().any(|slot| {
+            slot.name
+                .as_ref()
+                .and_then(|n| self.cluster.topics.get(n))
+                .is_some_and(|v| v.usable.len() < v.partition_count)
+        })
     }
 
     /// A dispatcher's broker changed address: stop it; a new one starts on next use.

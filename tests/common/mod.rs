@@ -2030,3 +2030,93 @@ impl Dory {
         Ok(out)
     }
 }
+
+/// In a child about to exec: marks every descriptor above stderr close-on-exec. Only
+/// async-signal-safe calls (close_range, or fcntl in a bounded loop where close_range is
+/// unavailable).
+fn cloexec_fds_above_stderr() -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: a raw syscall with integer arguments; no memory is touched.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    for fd in 3..65_536 {
+        // SAFETY: fcntl on an integer descriptor; EBADF for unused numbers is ignored.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Dory {
+    /// As [`Dory::start`], except that the daemon inherits no descriptor of the test
+    /// process beyond stdin/stdout/stderr.
+    ///
+    /// Why: the librdkafka mock accepts broker connections without `CLOEXEC`, so a dory
+    /// spawned while *another* test's mock cluster has connections open inherits those
+    /// server-side sockets. When that mock then closes a connection (`broker_down`, an
+    /// injected disconnect) the socket stays open in the foreign process, no FIN is sent,
+    /// and the other test's daemon sees a broker that hangs instead of one that is down —
+    /// until the foreign process exits. Fault tests running in parallel must use this.
+    pub fn start_isolated(args: DoryArgs) -> Dory {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let dgram = dir.path().join("dgram.sock");
+        let stream = dir.path().join("stream.sock");
+        let tcp_port = free_port();
+        let status: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("loopback addr");
+        let mut cmd = Command::new(dory_bin());
+        cmd.current_dir(dir.path());
+        for b in &args.brokers {
+            cmd.arg("--broker").arg(b);
+        }
+        cmd.arg("--dgram-socket")
+            .arg(&dgram)
+            .arg("--stream-socket")
+            .arg(&stream)
+            .arg("--tcp-port")
+            .arg(tcp_port.to_string())
+            .arg("--status-addr")
+            .arg(status.to_string());
+        if let Some(ms) = args.batch_time_ms {
+            cmd.arg("--batch-time-ms").arg(ms.to_string());
+        }
+        if let Some(toml) = &args.config_toml {
+            let path = dir.path().join("dory.toml");
+            fs::write(&path, toml).expect("write dory.toml");
+            cmd.arg("--config").arg(path);
+        }
+        cmd.args(&args.extra_args);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        // SAFETY: the hook runs in the forked child before exec and only makes
+        // async-signal-safe system calls.
+        unsafe {
+            cmd.pre_exec(cloexec_fds_above_stderr);
+        }
+        let proc = Proc::spawn("dory", &mut cmd, dir.path());
+        Dory {
+            proc,
+            dgram,
+            stream,
+            tcp_port,
+            status,
+            dir,
+        }
+    }
+}

@@ -1,0 +1,1687 @@
+//! Fault-injection suite: the real dory binary against the librdkafka mock cluster (3
+//! brokers, two topics of 6 partitions each, partition p led by broker p % 3 + 1), with
+//! faults driven from the test through `rdkafka::mocking` while thousands of small messages
+//! flow in through all three inputs (AnyPartition and PartitionKey, a unique id in every
+//! value).
+//!
+//! Every scenario, once dory reports nothing in flight, consumes both topics back (CRC
+//! checks on) and asserts, per topic:
+//! * `sent = consumed_unique + Σ discarded` — nothing lost without a count (a message that
+//!   is both consumed and counted discarded is only tolerated among possible duplicates);
+//! * discard reasons only those the fault's class allows, with exact counts where known;
+//! * consumed duplicates ≤ `dory_possible_duplicates_total`, and none where the fault cannot
+//!   cause them; records unaltered, PartitionKey messages on `(u32)key % 6` (or, where a
+//!   downed broker drops out of the mock's Metadata, on Dory's remapping over the partitions
+//!   that still have a known leader);
+//! * `received = delivered + Σ discarded + in_flight` at every scrape taken meanwhile (a
+//!   background scraper), counters never decreasing, the pool empty at the end, and a clean
+//!   exit 0 on SIGTERM.
+//!
+//! One line per scenario is printed to stdout (`cargo test --test faults -- --nocapture`):
+//! `FAULTS <scenario>: sent=... delivered=... discarded={...} possible_duplicates=... ...`.
+//!
+//! Each daemon's log is kept in `target/faults-logs/<scenario>.log`. Daemons are started with
+//! [`Dory::start_isolated`] (no inherited descriptors): the mock accepts connections without
+//! CLOEXEC, and a daemon of one scenario holding another scenario's mock sockets would keep
+//! that scenario's "downed" broker connections open.
+//!
+//! Data per scenario stays far below the mock's per-partition retention (5 MiB): values are
+//! at most 100 bytes, keys at most 16 (so every message takes one 128-byte pool block).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+/// Topics of every scenario (about 65 % / 35 % of the traffic).
+const TOPICS: [&str; 2] = ["fault_a", "fault_b"];
+const PARTITIONS: i32 = 6;
+const BROKERS: i32 = 3;
+
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(45);
+const CONSUME_TIMEOUT: Duration = Duration::from_secs(30);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often the background scraper checks the accounting invariant.
+const SCRAPE_EVERY: Duration = Duration::from_millis(100);
+
+const KAFKA_ERROR: &str = "kafka_error";
+const ATTEMPT_LIMIT: &str = "attempt_limit";
+const NO_MEMORY: &str = "no_memory";
+const SHUTDOWN: &str = "shutdown";
+
+// ---------------------------------------------------------------------------------------------
+// Daemon settings
+// ---------------------------------------------------------------------------------------------
+
+/// What each scenario sets through `--config` (and `--msg-buffer-max`). Backoffs are kept
+/// short (50 ms doubling to 1 s) so recoveries fit the suite's time budget.
+#[derive(Clone, Debug)]
+struct Settings {
+    max_failed_attempts: Option<u32>,
+    retry_backoff_ms: u64,
+    retry_backoff_max_ms: u64,
+    shutdown_max_delay_ms: u64,
+    socket_timeout_ms: Option<u64>,
+    msg_buffer_max: Option<u64>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            max_failed_attempts: None,
+            retry_backoff_ms: 50,
+            retry_backoff_max_ms: 1000,
+            shutdown_max_delay_ms: 2000,
+            socket_timeout_ms: None,
+            msg_buffer_max: None,
+        }
+    }
+}
+
+impl Settings {
+    fn toml(&self) -> String {
+        let mut s = String::from("[delivery]\n");
+        let _ = writeln!(s, "retry_backoff_ms = {}", self.retry_backoff_ms);
+        let _ = writeln!(s, "retry_backoff_max_ms = {}", self.retry_backoff_max_ms);
+        let _ = writeln!(s, "shutdown_max_delay_ms = {}", self.shutdown_max_delay_ms);
+        if let Some(n) = self.max_failed_attempts {
+            let _ = writeln!(s, "max_failed_delivery_attempts = {n}");
+        }
+        if let Some(ms) = self.socket_timeout_ms {
+            let _ = writeln!(s, "[kafka]\nsocket_timeout_ms = {ms}");
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traffic
+// ---------------------------------------------------------------------------------------------
+
+/// `count` small messages with ids `id_base..`: half datagrams, a quarter each UNIX stream
+/// and TCP; half AnyPartition, half PartitionKey (random keys); a third with an empty key;
+/// values `<id:08>` + up to 90 random bytes.
+fn traffic(seed: u64, count: usize, id_base: u32) -> Vec<TestMsg> {
+    let mut rng = XorShift::new(seed);
+    let ts_base = now_ms();
+    (0..count)
+        .map(|i| {
+            let id = id_base + u32::try_from(i).expect("id fits u32");
+            let topic = if rng.percent(65) {
+                TOPICS[0]
+            } else {
+                TOPICS[1]
+            };
+            let input = match rng.range(0, 4) {
+                0 | 1 => Input::Dgram,
+                2 => Input::Stream,
+                _ => Input::Tcp,
+            };
+            let route = if rng.percent(50) {
+                Route::PartitionKey(rng.next_u64() as u32 as i32)
+            } else {
+                Route::AnyPartition
+            };
+            let key = if rng.percent(33) {
+                Vec::new()
+            } else {
+                let n = rng.range(1, 17) as usize;
+                rng.bytes(n)
+            };
+            let mut value = format!("<{id:08}>").into_bytes();
+            let extra = rng.range(0, 91) as usize;
+            value.extend(rng.bytes(extra));
+            TestMsg {
+                id,
+                input,
+                route,
+                topic: topic.to_string(),
+                ts: ts_base - rng.range(0, 60_000) as i64,
+                key,
+                value,
+            }
+        })
+        .collect()
+}
+
+/// Where the daemon listens (copied out of `Dory` so sender threads need nothing else).
+#[derive(Clone, Debug)]
+struct Endpoints {
+    dgram: PathBuf,
+    stream: PathBuf,
+    tcp: u16,
+    status: SocketAddr,
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// The fault schedule: each action runs at its offset from the traffic's start (sleeping
+/// until then is the fault's timing, not synchronisation). Records when each action really
+/// ran and how long the mock took to apply it, so a late fault is reported as such.
+struct FaultLog {
+    start: Instant,
+    entries: Vec<(String, u64, Duration, Duration)>,
+}
+
+/// A mock call slower than this means the fault was not applied when scheduled.
+const FAULT_CALL_SLOW: Duration = Duration::from_millis(500);
+
+impl FaultLog {
+    fn new(start: Instant) -> FaultLog {
+        FaultLog {
+            start,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Sleeps until `ms` after the start, then runs `action` (named `what`).
+    fn at<T>(&mut self, ms: u64, what: &str, action: impl FnOnce() -> T) -> T {
+        sleep_until(self.start + Duration::from_millis(ms));
+        let began = self.start.elapsed();
+        let t = Instant::now();
+        let out = action();
+        self.entries
+            .push((what.to_string(), ms, began, t.elapsed()));
+        out
+    }
+
+    /// Actions that ran late or whose mock call took long: the fault did not happen as
+    /// scheduled (a harness or mock problem, not the daemon's).
+    fn problems(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(_, ms, began, took)| {
+                *took > FAULT_CALL_SLOW || *began > Duration::from_millis(*ms) + FAULT_CALL_SLOW
+            })
+            .map(|(what, ms, began, took)| {
+                format!(
+                    "fault {what} scheduled at {ms} ms ran at {began:?} and took {took:?}: \
+                     not applied as scheduled (mock cluster thread busy?)"
+                )
+            })
+            .collect()
+    }
+
+    fn describe(&self) -> String {
+        self.entries
+            .iter()
+            .map(|(what, _, began, _)| format!("{what}@{:.1}s", began.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Sends `msgs` through their inputs, one thread per input (one connection each for the
+/// stream inputs), each input's messages spread evenly over `duration` from `start`.
+/// Returns when all are written (stream connections closed cleanly), with each message's
+/// id and the instant its send completed.
+fn send_paced(
+    ep: &Endpoints,
+    msgs: &[TestMsg],
+    start: Instant,
+    duration: Duration,
+) -> Vec<(u32, Instant)> {
+    enum Out {
+        D(DgramSender),
+        S(StreamSender),
+        T(TcpSender),
+    }
+    thread::scope(|s| {
+        let handles: Vec<_> = [Input::Dgram, Input::Stream, Input::Tcp]
+            .into_iter()
+            .map(|input| {
+                let list: Vec<&TestMsg> = msgs.iter().filter(|m| m.input == input).collect();
+                s.spawn(move || {
+                    let mut out = match input {
+                        Input::Dgram => Out::D(DgramSender::new(&ep.dgram)),
+                        Input::Stream => Out::S(StreamSender::connect(&ep.stream)),
+                        Input::Tcp => Out::T(TcpSender::connect(ep.tcp)),
+                    };
+                    let n = u32::try_from(list.len().max(1)).expect("count fits u32");
+                    let mut sent = Vec::with_capacity(list.len());
+                    for (i, m) in list.iter().enumerate() {
+                        let i = u32::try_from(i).expect("index fits u32");
+                        sleep_until(start + duration * i / n);
+                        let bytes = m.encode();
+                        match &mut out {
+                            Out::D(d) => d.send(&bytes),
+                            Out::S(st) => st.send(&bytes),
+                            Out::T(t) => t.send(&bytes),
+                        }
+                        sent.push((m.id, Instant::now()));
+                    }
+                    match out {
+                        Out::D(_) => {}
+                        Out::S(st) => st.finish(),
+                        Out::T(t) => t.finish(),
+                    }
+                    sent
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("sender thread panicked"))
+            .collect()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Background scraper: the invariant at every scrape, counters never decreasing
+// ---------------------------------------------------------------------------------------------
+
+struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<(u64, Vec<String>)>>,
+}
+
+impl Monitor {
+    fn start(status: SocketAddr) -> Monitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = thread::spawn(move || {
+            let mut scrapes = 0u64;
+            let mut problems: Vec<String> = Vec::new();
+            let mut prev: Option<Metrics> = None;
+            while !flag.load(Ordering::SeqCst) {
+                // Errors (the daemon starting or gone) are not the scraper's business.
+                if let Ok((200, body)) = http_get(status, "/metrics", Duration::from_secs(2)) {
+                    match Metrics::parse(&body) {
+                        Ok(m) => {
+                            scrapes += 1;
+                            for v in m.invariant_violations() {
+                                problems.push(format!("scrape {scrapes}: {v}"));
+                            }
+                            if let Some(p) = &prev {
+                                problems.extend(decreases(p, &m, scrapes));
+                            }
+                            prev = Some(m);
+                        }
+                        Err(e) => problems.push(format!("scrape {scrapes}: {e}")),
+                    }
+                }
+                thread::sleep(SCRAPE_EVERY);
+            }
+            (scrapes, problems)
+        });
+        Monitor {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the scraper: (scrapes taken, problems seen).
+    fn finish(&mut self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle
+            .take()
+            .map(|h| h.join().expect("scraper thread panicked"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Counters that went down between two scrapes.
+fn decreases(prev: &Metrics, now: &Metrics, scrape: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |what: String, a: u64, b: u64| {
+        if b < a {
+            out.push(format!("scrape {scrape}: {what} went down from {a} to {b}"));
+        }
+    };
+    for t in prev.topics() {
+        check(
+            format!("received[{t:?}]"),
+            prev.received(&t),
+            now.received(&t),
+        );
+        check(
+            format!("delivered[{t:?}]"),
+            prev.delivered(&t),
+            now.delivered(&t),
+        );
+        check(
+            format!("possible_duplicates[{t:?}]"),
+            prev.possible_duplicates(&t),
+            now.possible_duplicates(&t),
+        );
+    }
+    for ((t, r), &n) in &prev.discarded {
+        check(format!("discarded[{t:?},{r}]"), n, now.discarded(t, r));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// A scenario
+// ---------------------------------------------------------------------------------------------
+
+/// What a scenario's fault allows and requires.
+#[derive(Clone, Debug, Default)]
+struct Expect {
+    /// Discard reasons that may appear (any other is a failure).
+    allowed: Vec<&'static str>,
+    /// Discard reasons that must appear (count > 0).
+    required: Vec<&'static str>,
+    /// Exact discard counts over both topics, where determinable.
+    exact: Vec<(&'static str, u64)>,
+    /// The fault cannot write a record twice: no consumed duplicates at all.
+    no_duplicates: bool,
+    /// No connection is lost: `dory_possible_duplicates_total` must stay 0.
+    no_possible_duplicates: bool,
+    /// The fault loses connections with requests outstanding: possible duplicates > 0.
+    possible_duplicates_required: bool,
+    /// Brokers that may drop out of Metadata during the fault (the mock lists only brokers
+    /// that are up). Their partitions then have no known leader, and Dory's PartitionKey
+    /// rule — `(u32)key % n` over the partitions *with a known leader* — maps keys over the
+    /// remaining ones, so either placement is accepted.
+    vanishing_brokers: Vec<i32>,
+}
+
+/// One topic's numbers.
+#[derive(Clone, Debug, Default)]
+struct TopicTally {
+    sent: u64,
+    received: u64,
+    delivered: u64,
+    discards: BTreeMap<String, u64>,
+    possible_duplicates: u64,
+    consumed_unique: u64,
+    duplicates: u64,
+    /// sent − consumed_unique − Σ discarded (negative: consumed and also counted discarded).
+    gap: i64,
+}
+
+struct Scenario {
+    name: &'static str,
+    started: Instant,
+    mock: Mock,
+    dory: Dory,
+    ep: Endpoints,
+    monitor: Monitor,
+    settings: Settings,
+    faults: Option<FaultLog>,
+}
+
+impl Scenario {
+    /// A fresh 3-broker mock with both topics (leaders spread), and dory started with
+    /// `settings`, ready.
+    fn start(name: &'static str, settings: Settings) -> Scenario {
+        let started = Instant::now();
+        let mock = Mock::start(BROKERS);
+        for t in TOPICS {
+            mock.create_topic(t, PARTITIONS);
+        }
+        let mut args = DoryArgs::new(mock.broker_addrs());
+        args.config_toml = Some(settings.toml());
+        if let Some(bytes) = settings.msg_buffer_max {
+            args.extra_args = vec!["--msg-buffer-max".into(), bytes.to_string()];
+        }
+        // Isolated: no other test's mock sockets leak into this daemon (and vice versa).
+        let mut dory = Dory::start_isolated(args);
+        dory.wait_ready();
+        let ep = Endpoints {
+            dgram: dory.dgram_path().to_path_buf(),
+            stream: dory.stream_path().to_path_buf(),
+            tcp: dory.tcp_port(),
+            status: dory.status_addr(),
+        };
+        let monitor = Monitor::start(ep.status);
+        Scenario {
+            name,
+            started,
+            mock,
+            dory,
+            ep,
+            monitor,
+            settings,
+            faults: None,
+        }
+    }
+
+    fn cluster(
+        &self,
+    ) -> &rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+        self.mock.cluster()
+    }
+
+    /// Sends `msgs` paced over `duration` while `faults` runs on this thread (its log
+    /// clocked from the traffic's start); returns when both are done. The fault schedule
+    /// is kept in `self.faults`.
+    fn drive(
+        &mut self,
+        msgs: &[TestMsg],
+        duration: Duration,
+        faults: impl FnOnce(&Mock, &mut FaultLog),
+    ) -> Vec<(u32, Instant)> {
+        let ep = &self.ep;
+        let mock = &self.mock;
+        let (sent, log) = thread::scope(|s| {
+            let start = Instant::now();
+            let sender = s.spawn(move || send_paced(ep, msgs, start, duration));
+            let mut log = FaultLog::new(start);
+            faults(mock, &mut log);
+            (sender.join().expect("sender panicked"), log)
+        });
+        self.faults = Some(log);
+        sent
+    }
+
+    /// Waits until every sent message is counted received and nothing is in flight.
+    fn drain(&mut self, msgs: &[TestMsg]) -> Metrics {
+        let want = per_topic(msgs);
+        wait_received(&mut self.dory, &want);
+        self.dory
+            .wait_metrics("in_flight to reach 0 after the fault", DRAIN_TIMEOUT, |m| {
+                let busy: Vec<String> = m
+                    .in_flight
+                    .iter()
+                    .filter(|(_, &n)| n != 0)
+                    .map(|(t, n)| format!("{t:?}={n}"))
+                    .collect();
+                if busy.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("in flight: {}", busy.join(", ")))
+                }
+            })
+    }
+
+    /// Dory's counter `name` (0 if absent), or a problem if /counters fails.
+    fn counter(&self, name: &str) -> Result<u64, String> {
+        Ok(self.dory.counters()?.get(name).copied().unwrap_or(0))
+    }
+
+    /// SIGTERM with nothing in flight: exit 0 within [`EXIT_TIMEOUT`].
+    fn stop_clean(&mut self, problems: &mut Vec<String>) {
+        let status = self.dory.terminate(EXIT_TIMEOUT);
+        if status.code() != Some(0) {
+            problems.push(format!("exit status after SIGTERM (idle): {status}"));
+        }
+    }
+
+    /// Consumes both topics, compares with what was sent and with `fin` (the final
+    /// /metrics), prints the summary line and panics listing every problem.
+    fn verify(
+        self,
+        msgs: &[TestMsg],
+        fin: &Metrics,
+        expect: &Expect,
+        problems: Vec<String>,
+        notes: &str,
+    ) {
+        self.verify_with(msgs, fin, expect, problems, notes, |_, _, _| {});
+    }
+
+    /// [`Scenario::verify`], also handing each topic's consumed records to `post` (which
+    /// may add problems) before the verdict.
+    fn verify_with(
+        mut self,
+        msgs: &[TestMsg],
+        fin: &Metrics,
+        expect: &Expect,
+        mut problems: Vec<String>,
+        notes: &str,
+        mut post: impl FnMut(&str, &[Consumed], &mut Vec<String>),
+    ) {
+        let (scrapes, monitor_problems) = self.monitor.finish();
+        let mut notes = format!("{notes} scrapes={scrapes}");
+        if let Some(f) = &self.faults {
+            problems.extend(f.problems());
+            let _ = write!(notes, " faults=[{}]", f.describe());
+        }
+        if scrapes == 0 {
+            problems.push("the background scraper got no /metrics at all".into());
+        }
+        problems.extend(monitor_problems.into_iter().take(20));
+        for v in fin.invariant_violations() {
+            problems.push(format!("final /metrics: {v}"));
+        }
+        if let Some(used) = fin.pool_used() {
+            if used != 0 {
+                problems.push(format!(
+                    "pool not empty with nothing in flight: dory_pool_bytes{{state=\"used\"}} = {used}"
+                ));
+            }
+        }
+
+        let bootstrap = self.mock.bootstrap();
+        let by_id: HashMap<u32, &TestMsg> = msgs.iter().map(|m| (m.id, m)).collect();
+        let mut tallies: BTreeMap<&str, TopicTally> = BTreeMap::new();
+        for topic in TOPICS {
+            let sent = msgs.iter().filter(|m| m.topic == topic).count() as u64;
+            let delivered = fin.delivered(topic);
+            let got = consume_all(&bootstrap, topic, delivered as usize, CONSUME_TIMEOUT);
+            let (counts, record_problems) =
+                check_records(topic, &got, &by_id, &expect.vanishing_brokers);
+            problems.extend(record_problems);
+            post(topic, &got, &mut problems);
+            let consumed_unique = counts.len() as u64;
+            let records = got.len() as u64;
+            let discards = fin.discards_of(topic);
+            let discarded: u64 = discards.values().sum();
+            let t = TopicTally {
+                sent,
+                received: fin.received(topic),
+                delivered,
+                possible_duplicates: fin.possible_duplicates(topic),
+                consumed_unique,
+                duplicates: records - consumed_unique,
+                gap: sent as i64 - consumed_unique as i64 - discarded as i64,
+                discards,
+            };
+            check_tally(topic, &t, expect, &counts, msgs, &mut problems);
+            tallies.insert(topic, t);
+        }
+        check_reason_totals(&tallies, expect, &mut problems);
+
+        if self.dory.try_exit().is_none() {
+            self.stop_clean(&mut problems);
+        }
+        let line = summary(
+            self.name,
+            &tallies,
+            self.started.elapsed(),
+            &notes,
+            &problems,
+        );
+        println!("{line}");
+        save_log(self.name, &self.dory.logs());
+        if !problems.is_empty() {
+            let mut report = format!(
+                "scenario {} failed ({} problem(s)); settings {:?}:\n",
+                self.name,
+                problems.len(),
+                self.settings
+            );
+            for p in problems.iter().take(60) {
+                let _ = writeln!(report, "  {p}");
+            }
+            if problems.len() > 60 {
+                let _ = writeln!(report, "  ... and {} more", problems.len() - 60);
+            }
+            let _ = writeln!(report, "final /metrics:\n{}", fin.text);
+            panic!("{report}");
+        }
+    }
+}
+
+/// Keeps the daemon's output of every scenario in `<target>/faults-logs/<scenario>.log`.
+fn save_log(name: &str, logs: &str) {
+    let dir = target_dir().join("faults-logs");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join(format!("{name}.log")), logs);
+    }
+}
+
+fn per_topic(msgs: &[TestMsg]) -> BTreeMap<String, u64> {
+    let mut want = BTreeMap::new();
+    for m in msgs {
+        *want.entry(m.topic.clone()).or_insert(0) += 1;
+    }
+    want
+}
+
+/// Waits until dory counts every message of `want` as received.
+fn wait_received(dory: &mut Dory, want: &BTreeMap<String, u64>) -> Metrics {
+    dory.wait_metrics("every sent message counted received", DRAIN_TIMEOUT, |m| {
+        let missing: Vec<String> = want
+            .iter()
+            .filter(|(t, &n)| m.received(t) != n)
+            .map(|(t, n)| format!("received[{t:?}] = {} of {n}", m.received(t)))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("; "))
+        }
+    })
+}
+
+/// Checks every consumed record of `topic` against what was sent (id known, right topic,
+/// key/value/timestamp unaltered, PartitionKey partition); returns id → copies consumed.
+fn check_records(
+    topic: &str,
+    got: &[Consumed],
+    by_id: &HashMap<u32, &TestMsg>,
+    vanishing_brokers: &[i32],
+) -> (BTreeMap<u32, u64>, Vec<String>) {
+    // Partitions whose leader (as created: p % 3 + 1) stays in Metadata.
+    let remaining: Vec<i32> = (0..PARTITIONS)
+        .filter(|p| !vanishing_brokers.contains(&(p % BROKERS + 1)))
+        .collect();
+    let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for c in got {
+        let at = format!("{topic}/p{}@{}", c.partition, c.offset);
+        let value = c.value.as_deref().unwrap_or_default();
+        let Some(id) = value_id(value) else {
+            problems.push(format!(
+                "{at}: record without an id ({} B value)",
+                value.len()
+            ));
+            continue;
+        };
+        let Some(m) = by_id.get(&id) else {
+            problems.push(format!("{at}: id {id} was never sent"));
+            continue;
+        };
+        *counts.entry(id).or_insert(0) += 1;
+        if m.topic != topic {
+            problems.push(format!("{at}: id {id} was sent to topic {}", m.topic));
+        }
+        let want_key = (!m.key.is_empty()).then_some(&m.key[..]);
+        if c.key.as_deref() != want_key || value != &m.value[..] {
+            problems.push(format!("{at}: id {id}: key or value altered"));
+        }
+        if c.timestamp != m.ts || c.timestamp_type != TsType::CreateTime {
+            problems.push(format!(
+                "{at}: id {id}: timestamp {} {:?}, sent {} CreateTime",
+                c.timestamp, c.timestamp_type, m.ts
+            ));
+        }
+        if let Some(p) = m.expected_partition(PARTITIONS) {
+            let mut ok = vec![p];
+            if let (Route::PartitionKey(k), false) = (m.route, vanishing_brokers.is_empty()) {
+                ok.push(remaining[(k as u32 as usize) % remaining.len()]);
+            }
+            if !ok.contains(&c.partition) {
+                problems.push(format!(
+                    "{at}: id {id} has partition key {:?}: belongs on partition {ok:?}",
+                    m.route
+                ));
+            }
+        }
+    }
+    (counts, problems)
+}
+
+/// The per-topic accounting checks.
+fn check_tally(
+    topic: &str,
+    t: &TopicTally,
+    expect: &Expect,
+    counts: &BTreeMap<u32, u64>,
+    msgs: &[TestMsg],
+    problems: &mut Vec<String>,
+) {
+    if t.received != t.sent {
+        problems.push(format!(
+            "{topic}: received {} != sent {}",
+            t.received, t.sent
+        ));
+    }
+    if t.gap > 0 {
+        let missing: Vec<u32> = msgs
+            .iter()
+            .filter(|m| m.topic == topic && !counts.contains_key(&m.id))
+            .map(|m| m.id)
+            .take(15)
+            .collect();
+        problems.push(format!(
+            "{topic}: {} message(s) LOST without a count: sent {} != consumed_unique {} + \
+             discarded {:?} (some ids not consumed: {missing:?})",
+            t.gap, t.sent, t.consumed_unique, t.discards
+        ));
+    }
+    let overlap = u64::try_from(-t.gap).unwrap_or(0);
+    if overlap > 0 && overlap + t.duplicates > t.possible_duplicates {
+        problems.push(format!(
+            "{topic}: {overlap} message(s) consumed AND counted discarded (sent {} < \
+             consumed_unique {} + discarded {:?}), beyond the possible duplicates ({} \
+             possible, {} consumed twice)",
+            t.sent, t.consumed_unique, t.discards, t.possible_duplicates, t.duplicates
+        ));
+    }
+    if t.duplicates > t.possible_duplicates {
+        let dup_ids: Vec<u32> = counts
+            .iter()
+            .filter(|(_, &n)| n > 1)
+            .map(|(&id, _)| id)
+            .take(15)
+            .collect();
+        problems.push(format!(
+            "{topic}: {} consumed duplicate(s) but only {} counted as possible duplicates \
+             (ids {dup_ids:?})",
+            t.duplicates, t.possible_duplicates
+        ));
+    }
+    if expect.no_duplicates && t.duplicates > 0 {
+        problems.push(format!(
+            "{topic}: {} duplicate record(s) under a fault that cannot write twice",
+            t.duplicates
+        ));
+    }
+    if expect.no_possible_duplicates && t.possible_duplicates > 0 {
+        problems.push(format!(
+            "{topic}: {} possible duplicate(s) counted, but no connection was lost",
+            t.possible_duplicates
+        ));
+    }
+    if t.delivered > t.consumed_unique {
+        problems.push(format!(
+            "{topic}: delivered {} > consumed_unique {}: acknowledged messages missing in Kafka",
+            t.delivered, t.consumed_unique
+        ));
+    }
+    for (reason, n) in &t.discards {
+        if !expect.allowed.contains(&reason.as_str()) {
+            problems.push(format!(
+                "{topic}: {n} discard(s) with reason {reason:?}, not allowed under this fault \
+                 (allowed: {:?})",
+                expect.allowed
+            ));
+        }
+    }
+}
+
+/// Required and exact discard counts, over both topics.
+fn check_reason_totals(
+    tallies: &BTreeMap<&str, TopicTally>,
+    expect: &Expect,
+    problems: &mut Vec<String>,
+) {
+    let total = |reason: &str| -> u64 {
+        tallies
+            .values()
+            .map(|t| t.discards.get(reason).copied().unwrap_or(0))
+            .sum()
+    };
+    for r in &expect.required {
+        if total(r) == 0 {
+            problems.push(format!(
+                "no discards with reason {r:?}; the fault requires some"
+            ));
+        }
+    }
+    for (r, n) in &expect.exact {
+        if total(r) != *n {
+            problems.push(format!(
+                "discards {r:?}: {} , expected exactly {n}",
+                total(r)
+            ));
+        }
+    }
+    let pd: u64 = tallies.values().map(|t| t.possible_duplicates).sum();
+    if expect.possible_duplicates_required && pd == 0 {
+        problems.push(
+            "no possible duplicates counted, though connections were lost with requests \
+             outstanding"
+                .into(),
+        );
+    }
+}
+
+fn summary(
+    name: &str,
+    tallies: &BTreeMap<&str, TopicTally>,
+    took: Duration,
+    notes: &str,
+    problems: &[String],
+) -> String {
+    let sum = |f: fn(&TopicTally) -> u64| -> u64 { tallies.values().map(f).sum() };
+    let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
+    for t in tallies.values() {
+        for (r, n) in &t.discards {
+            *reasons.entry(r.as_str()).or_insert(0) += n;
+        }
+    }
+    let lost: i64 = tallies.values().map(|t| t.gap.max(0)).sum();
+    let overlap: i64 = tallies.values().map(|t| (-t.gap).max(0)).sum();
+    let reasons = reasons
+        .iter()
+        .map(|(r, n)| format!("{r}:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        "FAULTS {name}: sent={} delivered={} discarded={{{reasons}}} possible_duplicates={} \
+         consumed_unique={} duplicates={} lost={lost}{} ({:.1}s){}{} => {}",
+        sum(|t| t.sent),
+        sum(|t| t.delivered),
+        sum(|t| t.possible_duplicates),
+        sum(|t| t.consumed_unique),
+        sum(|t| t.duplicates),
+        if overlap > 0 {
+            format!(" consumed_and_discarded={overlap}")
+        } else {
+            String::new()
+        },
+        took.as_secs_f64(),
+        if notes.is_empty() { "" } else { " " },
+        notes,
+        if problems.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("FAILED ({} problem(s))", problems.len())
+        }
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Injected Produce errors
+// ---------------------------------------------------------------------------------------------
+
+/// How the daemon must treat an injected error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Resent (same broker, after a backoff, or after a metadata refresh): nothing lost.
+    Retriable,
+    /// Discarded as `kafka_error`.
+    Discard,
+}
+
+/// Attempt limit for the retriable scenarios: above the errors injected, so no message
+/// can reach it.
+const RETRIABLE_LIMIT: u32 = 20;
+/// Errors injected per burst, and bursts per scenario (mid-stream, 0.8 s apart).
+const RETRIABLE_BURST: usize = 5;
+const DISCARD_BURST: usize = 2;
+const BURSTS: usize = 3;
+
+/// Injects Produce errors `codes` (cycled) mid-stream into the next requests, cluster-wide,
+/// in [`BURSTS`] bursts, while 3000 messages flow over 3 s. `counters` are Dory's per-code
+/// ack-error counters whose sum must reach the number injected (each injected error fails
+/// every partition of one request).
+fn produce_error_scenario(
+    name: &'static str,
+    codes: &[RDKafkaRespErr],
+    counters: &[&str],
+    class: Class,
+    seed: u64,
+) {
+    let settings = Settings {
+        max_failed_attempts: (class == Class::Retriable).then_some(RETRIABLE_LIMIT),
+        ..Settings::default()
+    };
+    let burst = match class {
+        Class::Retriable => RETRIABLE_BURST,
+        Class::Discard => DISCARD_BURST,
+    };
+    let injected = burst * BURSTS;
+    if class == Class::Retriable {
+        assert!(
+            injected < RETRIABLE_LIMIT as usize,
+            "test bug: too many errors"
+        );
+    }
+    let mut sc = Scenario::start(name, settings);
+    let msgs = traffic(seed, 3000, 0);
+    let mut k = 0usize;
+    sc.drive(&msgs, Duration::from_millis(3000), |mock, f| {
+        for b in 0..BURSTS {
+            let errs: Vec<RDKafkaRespErr> = (0..burst)
+                .map(|_| {
+                    k += 1;
+                    codes[(k - 1) % codes.len()]
+                })
+                .collect();
+            f.at(600 + 800 * b as u64, "request_errors", || {
+                mock.cluster().request_errors(RDKafkaApiKey::Produce, &errs)
+            });
+        }
+    });
+    let fin = sc.drain(&msgs);
+    let mut problems = Vec::new();
+    let mut seen = 0u64;
+    for c in counters {
+        match sc.counter(c) {
+            Ok(n) => seen += n,
+            Err(e) => problems.push(e),
+        }
+    }
+    if seen < injected as u64 {
+        problems.push(format!(
+            "dory's counters {counters:?} total {seen}, fewer than the {injected} errors \
+             injected: the fault did not reach it as expected"
+        ));
+    }
+    let expect = match class {
+        Class::Retriable => Expect {
+            no_duplicates: true,
+            no_possible_duplicates: true,
+            ..Expect::default()
+        },
+        Class::Discard => Expect {
+            allowed: vec![KAFKA_ERROR],
+            required: vec![KAFKA_ERROR],
+            no_duplicates: true,
+            no_possible_duplicates: true,
+            ..Expect::default()
+        },
+    };
+    let notes = format!("injected={injected} error_acks={seen}");
+    sc.verify(&msgs, &fin, &expect, problems, &notes);
+}
+
+use RDKafkaRespErr as E;
+
+#[test]
+fn produce_error_2_corrupt_message_is_resent() {
+    produce_error_scenario(
+        "produce_error_2_corrupt_message",
+        &[E::RD_KAFKA_RESP_ERR_INVALID_MSG],
+        &["AckErrorCorruptMessage"],
+        Class::Retriable,
+        0xFA_0002,
+    );
+}
+
+#[test]
+fn produce_error_6_not_leader_refreshes_and_reroutes() {
+    produce_error_scenario(
+        "produce_error_6_not_leader_or_follower",
+        &[E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+        &["AckErrorNotLeaderForPartition"],
+        Class::Retriable,
+        0xFA_0006,
+    );
+}
+
+#[test]
+fn produce_error_7_request_timed_out_backs_off() {
+    produce_error_scenario(
+        "produce_error_7_request_timed_out",
+        &[E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT],
+        &["AckErrorRequestTimedOut"],
+        Class::Retriable,
+        0xFA_0007,
+    );
+}
+
+#[test]
+fn produce_error_13_network_exception_backs_off() {
+    produce_error_scenario(
+        "produce_error_13_network_exception",
+        &[E::RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION],
+        &["AckErrorNetworkException"],
+        Class::Retriable,
+        0xFA_0013,
+    );
+}
+
+#[test]
+fn produce_error_19_not_enough_replicas_backs_off() {
+    produce_error_scenario(
+        "produce_error_19_not_enough_replicas",
+        &[E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS],
+        &["AckErrorNotEnoughReplicas"],
+        Class::Retriable,
+        0xFA_0019,
+    );
+}
+
+#[test]
+fn produce_error_20_not_enough_replicas_after_append_backs_off() {
+    produce_error_scenario(
+        "produce_error_20_not_enough_replicas_after_append",
+        &[E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND],
+        &["AckErrorNotEnoughReplicasAfterAppend"],
+        Class::Retriable,
+        0xFA_0020,
+    );
+}
+
+/// The other leadership codes (3, 5, 74, 75) and KAFKA_STORAGE_ERROR (56), interleaved.
+#[test]
+fn produce_errors_3_5_74_75_56_are_retried() {
+    produce_error_scenario(
+        "produce_errors_3_5_74_75_56_mixed",
+        &[
+            E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+            E::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+            E::RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH,
+            E::RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH,
+            E::RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR,
+        ],
+        // Codes above 43 have no counter of their own in Dory's catalogue.
+        &[
+            "AckErrorUnknownTopicOrPartition",
+            "AckErrorLeaderNotAvailable",
+            "AckErrorUndocumented",
+        ],
+        Class::Retriable,
+        0xFA_0335,
+    );
+}
+
+#[test]
+fn produce_error_10_message_too_large_is_discarded() {
+    produce_error_scenario(
+        "produce_error_10_message_too_large",
+        &[E::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        &["AckErrorMessageTooLarge"],
+        Class::Discard,
+        0xFA_0010,
+    );
+}
+
+#[test]
+fn produce_error_29_topic_authorization_failed_is_discarded() {
+    produce_error_scenario(
+        "produce_error_29_topic_authorization_failed",
+        &[E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+        &["AckErrorTopicAuthorizationFailed"],
+        Class::Discard,
+        0xFA_0029,
+    );
+}
+
+#[test]
+fn produce_error_87_invalid_record_is_discarded() {
+    produce_error_scenario(
+        "produce_error_87_invalid_record",
+        &[E::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+        &["AckErrorUndocumented"],
+        Class::Discard,
+        0xFA_0087,
+    );
+}
+
+/// More consecutive retriable errors than the attempt limit (2): 200 REQUEST_TIMED_OUT
+/// answers in a row, cluster-wide, mid-stream. Messages caught in them must be discarded as
+/// `attempt_limit` — and nothing else lost.
+#[test]
+fn attempt_limit_discards_after_consecutive_errors() {
+    let settings = Settings {
+        max_failed_attempts: Some(2),
+        retry_backoff_ms: 20,
+        retry_backoff_max_ms: 200,
+        ..Settings::default()
+    };
+    let injected = 200usize;
+    let mut sc = Scenario::start("attempt_limit_consecutive_errors", settings);
+    let msgs = traffic(0xFA_A771, 3000, 0);
+    sc.drive(&msgs, Duration::from_millis(3000), |mock, f| {
+        f.at(800, "request_errors", || {
+            mock.cluster().request_errors(
+                RDKafkaApiKey::Produce,
+                &vec![E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; injected],
+            )
+        });
+    });
+    let fin = sc.drain(&msgs);
+    let mut problems = Vec::new();
+    let seen = sc.counter("AckErrorRequestTimedOut").unwrap_or_else(|e| {
+        problems.push(e);
+        0
+    });
+    if seen < injected as u64 {
+        problems.push(format!(
+            "AckErrorRequestTimedOut = {seen}, fewer than the {injected} errors injected"
+        ));
+    }
+    let expect = Expect {
+        allowed: vec![ATTEMPT_LIMIT],
+        required: vec![ATTEMPT_LIMIT],
+        no_duplicates: true,
+        no_possible_duplicates: true,
+        ..Expect::default()
+    };
+    let notes = format!("injected={injected} error_acks={seen} limit=2");
+    sc.verify(&msgs, &fin, &expect, problems, &notes);
+}
+
+/// The limit's boundary, one message at a time (each Produce request then carries exactly
+/// that message): with `max_failed_delivery_attempts = 2`, a message answered with 2 errors
+/// is delivered on its 3rd attempt; one answered with 3 errors is discarded as
+/// `attempt_limit` (Dory's rule: discarded when its failed attempts exceed the limit).
+#[test]
+fn attempt_limit_boundary_is_exact() {
+    const LIMIT: u32 = 2;
+    let settings = Settings {
+        max_failed_attempts: Some(LIMIT),
+        retry_backoff_ms: 20,
+        retry_backoff_max_ms: 200,
+        ..Settings::default()
+    };
+    let mut sc = Scenario::start("attempt_limit_boundary", settings);
+    let mut msgs = traffic(0xFA_B0DE, 2, 0);
+    for m in &mut msgs {
+        m.input = Input::Dgram;
+        m.topic = TOPICS[0].to_string();
+    }
+    let sender = DgramSender::new(&sc.ep.dgram);
+    let code = E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
+    for (i, m) in msgs.iter().enumerate() {
+        let errors = LIMIT as usize + i; // 2 then 3
+        sc.cluster()
+            .request_errors(RDKafkaApiKey::Produce, &vec![code; errors]);
+        sender.send(&m.encode());
+        sc.drain(&msgs[..=i]);
+    }
+    let fin = sc.dory.assert_invariant();
+    let mut problems = Vec::new();
+    match sc.counter("AckErrorNotEnoughReplicas") {
+        Ok(n) if n == 2 * LIMIT as u64 + 1 => {}
+        Ok(n) => problems.push(format!(
+            "AckErrorNotEnoughReplicas = {n}, expected {} (one per injected error)",
+            2 * LIMIT + 1
+        )),
+        Err(e) => problems.push(e),
+    }
+    if fin.delivered(TOPICS[0]) != 1 {
+        problems.push(format!(
+            "delivered = {}, expected 1 (the message that failed {LIMIT} times)",
+            fin.delivered(TOPICS[0])
+        ));
+    }
+    let expect = Expect {
+        allowed: vec![ATTEMPT_LIMIT],
+        exact: vec![(ATTEMPT_LIMIT, 1)],
+        no_duplicates: true,
+        no_possible_duplicates: true,
+        ..Expect::default()
+    };
+    sc.verify(&msgs, &fin, &expect, problems, "limit=2 errors=2,3");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections lost, brokers down, leaders moved, latency
+// ---------------------------------------------------------------------------------------------
+
+/// The mock drops the connection on 3 Produce requests (twice, mid-stream). Unanswered
+/// messages go back for rerouting, counted as possible duplicates; connection failures do
+/// not count attempts (the limit is set to 1 so any miscounted attempt would discard).
+#[test]
+fn connection_reset_mid_stream() {
+    let settings = Settings {
+        max_failed_attempts: Some(1),
+        ..Settings::default()
+    };
+    let mut sc = Scenario::start("connection_reset", settings);
+    let msgs = traffic(0xFA_C0AA, 3000, 0);
+    sc.drive(&msgs, Duration::from_millis(3000), |mock, f| {
+        for ms in [800, 1800] {
+            f.at(ms, "disconnect x3", || {
+                mock.cluster().request_errors(
+                    RDKafkaApiKey::Produce,
+                    &[E::RD_KAFKA_RESP_ERR__TRANSPORT; 3],
+                )
+            });
+        }
+    });
+    let fin = sc.drain(&msgs);
+    let expect = Expect {
+        possible_duplicates_required: true,
+        ..Expect::default()
+    };
+    sc.verify(&msgs, &fin, &expect, Vec::new(), "resets=6 limit=1");
+}
+
+/// Broker 2 (leader of partitions 1 and 4 of both topics) down for 3 s mid-stream, then up.
+/// Nothing may be discarded (limit 1: connection failures must not count attempts);
+/// everything held for broker 2 is delivered once it is back.
+#[test]
+fn broker_down_for_seconds_then_up() {
+    let settings = Settings {
+        max_failed_attempts: Some(1),
+        ..Settings::default()
+    };
+    let mut sc = Scenario::start("broker_down_3s_then_up", settings);
+    let msgs = traffic(0xFA_D0A2, 6000, 0);
+    sc.drive(&msgs, Duration::from_millis(6000), |mock, f| {
+        f.at(1500, "broker_down(2)", || mock.cluster().broker_down(2))
+            .expect("broker_down(2)");
+        f.at(4500, "broker_up(2)", || mock.cluster().broker_up(2))
+            .expect("broker_up(2)");
+    });
+    let fin = sc.drain(&msgs);
+    let mut problems = Vec::new();
+    match sc.counter("ConnectorConnectFail") {
+        Ok(0) => problems.push(
+            "ConnectorConnectFail = 0: dory never tried to reconnect to the downed broker".into(),
+        ),
+        Ok(_) => {}
+        Err(e) => problems.push(e),
+    }
+    let expect = Expect {
+        vanishing_brokers: vec![2],
+        ..Expect::default()
+    };
+    sc.verify(&msgs, &fin, &expect, problems, "down=1.5s..4.5s limit=1");
+}
+
+/// After a short outage of broker 2 (1 s → 2.5 s), its partitions must be used again:
+/// among messages sent from 3 s after its return, AnyPartition messages reach partitions 1
+/// and 4 again and PartitionKey messages of those partitions land on them (not on the
+/// partitions they were remapped to while broker 2 was missing from Metadata).
+#[test]
+fn broker_back_up_gets_its_partitions_again() {
+    let mut sc = Scenario::start("broker_back_up_partitions_used_again", Settings::default());
+    let msgs = traffic(0xFA_BAC2, 5000, 0);
+    let mut up_at = None;
+    let sent_at = sc.drive(&msgs, Duration::from_millis(7000), |mock, f| {
+        f.at(1000, "broker_down(2)", || mock.cluster().broker_down(2))
+            .expect("broker_down(2)");
+        f.at(2500, "broker_up(2)", || {
+            up_at = Some(Instant::now());
+            mock.cluster().broker_up(2)
+        })
+        .expect("broker_up(2)");
+    });
+    let from = up_at.expect("fault ran") + Duration::from_secs(3);
+    let fin = sc.drain(&msgs);
+    let late: std::collections::HashSet<u32> = sent_at
+        .iter()
+        .filter(|(_, t)| *t >= from)
+        .map(|(id, _)| *id)
+        .collect();
+    let by_id: HashMap<u32, &TestMsg> = msgs.iter().map(|m| (m.id, m)).collect();
+    let broker2 = |p: i32| p % BROKERS + 1 == 2;
+    let (mut any, mut any_on2, mut keyed, mut keyed_home) = (0u64, 0u64, 0u64, 0u64);
+    let post = |_: &str, got: &[Consumed], _: &mut Vec<String>| {
+        for c in got {
+            let Some(m) = c
+                .value
+                .as_deref()
+                .and_then(value_id)
+                .and_then(|id| late.contains(&id).then(|| by_id[&id]))
+            else {
+                continue;
+            };
+            match m.expected_partition(PARTITIONS) {
+                None => {
+                    any += 1;
+                    any_on2 += u64::from(broker2(c.partition));
+                }
+                Some(p) if broker2(p) => {
+                    keyed += 1;
+                    keyed_home += u64::from(c.partition == p);
+                }
+                Some(_) => {}
+            }
+        }
+    };
+    let expect = Expect {
+        vanishing_brokers: vec![2],
+        ..Expect::default()
+    };
+    // `post` borrows the counters; the verdict on them comes after verify_with's checks.
+    let mut problems = Vec::new();
+    let name = sc.name;
+    let notes = format!("late_msgs={}", late.len());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sc.verify_with(&msgs, &fin, &expect, Vec::new(), &notes, post)
+    }));
+    if any_on2 == 0 {
+        problems.push(format!(
+            "none of the {any} AnyPartition messages sent 3 s or more after broker 2 came back \
+             went to its partitions 1 or 4"
+        ));
+    }
+    if keyed_home < keyed {
+        problems.push(format!(
+            "{} of {keyed} PartitionKey messages for partitions 1/4 sent 3 s or more after \
+             broker 2 came back did not land on their own partition",
+            keyed - keyed_home
+        ));
+    }
+    println!(
+        "FAULTS {name} (after return): anypartition_on_broker2={any_on2}/{any} \
+         keyed_on_own_partition={keyed_home}/{keyed} => {}",
+        if problems.is_empty() { "ok" } else { "FAILED" }
+    );
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert!(problems.is_empty(), "{name}: {}", problems.join("; "));
+}
+
+/// Every partition's leader moves to the next broker mid-stream, then again. Produce to the
+/// old leader answers NOT_LEADER_OR_FOLLOWER: refresh, reroute, nothing lost or doubled.
+#[test]
+fn leader_moved_to_another_broker() {
+    let mut sc = Scenario::start("leader_moved", Settings::default());
+    let msgs = traffic(0xFA_1EAD, 4000, 0);
+    sc.drive(&msgs, Duration::from_millis(4000), |mock, f| {
+        for (ms, shift) in [(1200, 1), (2600, 2)] {
+            f.at(ms, &format!("move_leaders(+{shift})"), || {
+                for t in TOPICS {
+                    for p in 0..PARTITIONS {
+                        let leader = (p + shift) % BROKERS + 1;
+                        mock.cluster()
+                            .partition_leader(t, p, Some(leader))
+                            .expect("partition_leader");
+                    }
+                }
+            });
+        }
+    });
+    let fin = sc.drain(&msgs);
+    let mut problems = Vec::new();
+    match sc.counter("AckErrorNotLeaderForPartition") {
+        Ok(0) => problems.push(
+            "AckErrorNotLeaderForPartition = 0: no Produce reached an old leader after the \
+             move (fault not exercised)"
+                .into(),
+        ),
+        Ok(_) => {}
+        Err(e) => problems.push(e),
+    }
+    let expect = Expect {
+        no_duplicates: true,
+        ..Expect::default()
+    };
+    sc.verify(&msgs, &fin, &expect, problems, "moves=2");
+}
+
+/// All brokers down for 3.5 s while 8000 messages arrive at ~1300/s into a 256 KiB pool
+/// (2048 blocks): the pool fills, later messages are discarded `no_memory`, nothing held is
+/// evicted (every message sent before the outage is consumed), and when the brokers return
+/// everything held is delivered without a restart.
+#[test]
+fn all_brokers_down_past_the_pool_size() {
+    let pool = 256 * 1024u64;
+    let settings = Settings {
+        msg_buffer_max: Some(pool),
+        ..Settings::default()
+    };
+    let mut sc = Scenario::start("all_brokers_down_pool_full", settings);
+    let msgs = traffic(0xFA_9001, 8000, 0);
+    let mut down_at = None;
+    let sent_at = sc.drive(&msgs, Duration::from_millis(6000), |mock, f| {
+        f.at(1000, "broker_down(all)", || {
+            down_at = Some(Instant::now());
+            mock.cluster().broker_down(-1)
+        })
+        .expect("broker_down(-1)");
+        f.at(4500, "broker_up(all)", || mock.cluster().broker_up(-1))
+            .expect("broker_up(-1)");
+    });
+    let down_at = down_at.expect("fault ran");
+    let fin = sc.drain(&msgs);
+    let mut problems = Vec::new();
+    let no_memory: u64 = TOPICS.iter().map(|t| fin.discarded(t, NO_MEMORY)).sum();
+    let during = sent_at.iter().filter(|(_, t)| *t >= down_at).count() as u64;
+    let blocks = pool / 128;
+    if during <= blocks {
+        problems.push(format!(
+            "test bug: only {during} messages sent during the outage, pool holds {blocks}"
+        ));
+    }
+    if no_memory > during {
+        problems.push(format!(
+            "{no_memory} no_memory discards, but only {during} messages arrived during the outage"
+        ));
+    }
+    // Reconnects back off: 3 dispatchers over a 3.5 s outage with 50 ms doubling to 1 s
+    // make about 8 attempts each; a busy loop would make thousands.
+    let connect_fails = sc.counter("ConnectorConnectFail").unwrap_or_else(|e| {
+        problems.push(e);
+        0
+    });
+    if !(1..=90).contains(&connect_fails) {
+        problems.push(format!(
+            "ConnectorConnectFail = {connect_fails} over a 3.5 s outage of 3 brokers with \
+             retry_backoff 50..1000 ms: expected 1..=90 (exponential backoff)"
+        ));
+    }
+    // Nothing held is evicted: every message sent before the outage is in Kafka.
+    let topic_of: HashMap<u32, &str> = msgs.iter().map(|m| (m.id, m.topic.as_str())).collect();
+    let before: Vec<(u32, &str)> = sent_at
+        .iter()
+        .filter(|(_, t)| *t < down_at)
+        .map(|(id, _)| (*id, topic_of[id]))
+        .collect();
+    let post = |topic: &str, got: &[Consumed], problems: &mut Vec<String>| {
+        let ids: std::collections::HashSet<u32> = got
+            .iter()
+            .filter_map(|c| c.value.as_deref().and_then(value_id))
+            .collect();
+        let evicted: Vec<u32> = before
+            .iter()
+            .filter(|(id, t)| *t == topic && !ids.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        if !evicted.is_empty() {
+            problems.push(format!(
+                "{topic}: {} message(s) sent before the outage never reached Kafka (held \
+                 messages evicted or lost): ids {:?}",
+                evicted.len(),
+                &evicted[..evicted.len().min(15)]
+            ));
+        }
+    };
+    let expect = Expect {
+        allowed: vec![NO_MEMORY],
+        required: vec![NO_MEMORY],
+        ..Expect::default()
+    };
+    let notes =
+        format!("pool_blocks={blocks} sent_during_outage={during} connect_fails={connect_fails}");
+    sc.verify_with(&msgs, &fin, &expect, problems, &notes, post);
+}
+
+/// Broker 1 answers 700 ms late for 2.5 s (far below the 60 s socket timeout): slower, but
+/// nothing lost, doubled, discarded, and no connection given up.
+#[test]
+fn broker_with_high_latency() {
+    let mut sc = Scenario::start("broker_high_latency_700ms", Settings::default());
+    let msgs = traffic(0xFA_1A7E, 4000, 0);
+    sc.drive(&msgs, Duration::from_millis(4500), |mock, f| {
+        f.at(1000, "rtt(1,700ms)", || {
+            mock.cluster()
+                .broker_round_trip_time(1, Duration::from_millis(700))
+        })
+        .expect("rtt");
+        f.at(3500, "rtt(1,0)", || {
+            mock.cluster().broker_round_trip_time(1, Duration::ZERO)
+        })
+        .expect("rtt");
+    });
+    let fin = sc.drain(&msgs);
+    let expect = Expect {
+        no_duplicates: true,
+        no_possible_duplicates: true,
+        ..Expect::default()
+    };
+    sc.verify(&msgs, &fin, &expect, Vec::new(), "rtt=700ms for 2.5s");
+}
+
+/// Broker 1 answers 1.5 s late for 2 s with `socket_timeout_ms = 1000`: dory gives up on
+/// the connection with requests outstanding (the mock has already appended them), so the
+/// resends are possible duplicates; nothing discarded (limit 1: timeouts are not attempts).
+#[test]
+fn broker_latency_beyond_socket_timeout() {
+    let settings = Settings {
+        max_failed_attempts: Some(1),
+        socket_timeout_ms: Some(1000),
+        ..Settings::default()
+    };
+    let mut sc = Scenario::start("broker_latency_beyond_socket_timeout", settings);
+    let msgs = traffic(0xFA_71E0, 4000, 0);
+    sc.drive(&msgs, Duration::from_millis(4500), |mock, f| {
+        f.at(1000, "rtt(1,1500ms)", || {
+            mock.cluster()
+                .broker_round_trip_time(1, Duration::from_millis(1500))
+        })
+        .expect("rtt");
+        f.at(3000, "rtt(1,0)", || {
+            mock.cluster().broker_round_trip_time(1, Duration::ZERO)
+        })
+        .expect("rtt");
+    });
+    let fin = sc.drain(&msgs);
+    let expect = Expect {
+        possible_duplicates_required: true,
+        ..Expect::default()
+    };
+    sc.verify(
+        &msgs,
+        &fin,
+        &expect,
+        Vec::new(),
+        "rtt=1500ms for 2s socket_timeout=1000ms limit=1",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIGTERM while a broker is down
+// ---------------------------------------------------------------------------------------------
+
+/// SIGTERM once every message is received, with `down` (a broker id, or -1 for all) down
+/// since `down_at_ms` and still down. dory must deliver what it can until
+/// `shutdown_max_delay_ms` (2 s), count the rest as `shutdown` and exit 0. The final counts
+/// are read from the last /metrics scrape that shows nothing in flight (the status server
+/// lives until the very end of shutdown). `shutdown_required`: messages must be left at
+/// the deadline (so the deadline itself is exercised).
+fn sigterm_scenario(
+    name: &'static str,
+    down: i32,
+    down_at_ms: u64,
+    shutdown_required: bool,
+    vanishing_brokers: Vec<i32>,
+    seed: u64,
+) {
+    let settings = Settings::default();
+    let delay = Duration::from_millis(settings.shutdown_max_delay_ms);
+    let mut sc = Scenario::start(name, settings);
+    let msgs = traffic(seed, 3000, 0);
+    let what = format!("broker_down({down})");
+    sc.drive(&msgs, Duration::from_millis(2500), |mock, f| {
+        f.at(down_at_ms, &what, || mock.cluster().broker_down(down))
+            .expect("broker_down");
+    });
+    wait_received(&mut sc.dory, &per_topic(&msgs));
+    let before = sc.dory.assert_invariant();
+    let held: u64 = TOPICS.iter().map(|t| before.in_flight(t)).sum();
+
+    let t0 = Instant::now();
+    sc.dory.sigterm();
+    let mut final_m: Option<Metrics> = None;
+    let mut last_m: Option<Metrics> = None;
+    let mut problems = Vec::new();
+    let status: Option<ExitStatus> = loop {
+        if let Some(s) = sc.dory.try_exit() {
+            break Some(s);
+        }
+        if t0.elapsed() > delay + EXIT_TIMEOUT {
+            break None;
+        }
+        if let Ok((200, body)) = http_get(sc.ep.status, "/metrics", Duration::from_millis(500)) {
+            if let Ok(m) = Metrics::parse(&body) {
+                for v in m.invariant_violations() {
+                    problems.push(format!("during shutdown: {v}"));
+                }
+                if TOPICS.iter().all(|t| m.in_flight(t) == 0) {
+                    final_m = Some(m.clone());
+                }
+                last_m = Some(m);
+            }
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    let took = t0.elapsed();
+    match status {
+        None => {
+            problems.push(format!(
+                "dory did not exit within {:?} of SIGTERM (shutdown_max_delay_ms = {})",
+                delay + EXIT_TIMEOUT,
+                delay.as_millis()
+            ));
+            let _ = sc.dory.wait_exit(Duration::ZERO);
+        }
+        Some(s) if s.code() != Some(0) => problems.push(format!("exit status after SIGTERM: {s}")),
+        Some(_) => {}
+    }
+    if took > delay + Duration::from_secs(3) {
+        problems.push(format!(
+            "exit {took:?} after SIGTERM, shutdown_max_delay_ms is {}",
+            delay.as_millis()
+        ));
+    }
+    let logs = sc.dory.logs();
+    // The daemon's last line: "stopped: received R, delivered D, discarded [...], in flight N".
+    let stopped = logs.lines().find(|l| l.contains("stopped: received "));
+    if !stopped.is_some_and(|l| l.trim_end().ends_with(", in flight 0")) {
+        problems.push(format!(
+            "daemon log lacks a final \"stopped: ..., in flight 0\" line (got {stopped:?})"
+        ));
+    }
+    let fin = match final_m {
+        Some(m) => m,
+        None => {
+            problems.push(
+                "no /metrics scrape after SIGTERM showed in_flight 0: final counts unknown \
+                 (using the last scrape)"
+                    .into(),
+            );
+            last_m.unwrap_or(before.clone())
+        }
+    };
+    let shutdown: u64 = TOPICS.iter().map(|t| fin.discarded(t, SHUTDOWN)).sum();
+    if shutdown > 0 && took + Duration::from_millis(100) < delay {
+        problems.push(format!(
+            "{shutdown} message(s) discarded as shutdown only {took:?} after SIGTERM, before \
+             shutdown_max_delay_ms ({})",
+            delay.as_millis()
+        ));
+    }
+    // The downed brokers' logs are intact; bring them back to read every partition.
+    sc.cluster().broker_up(down).expect("broker_up");
+    let expect = Expect {
+        allowed: vec![SHUTDOWN],
+        required: if shutdown_required {
+            vec![SHUTDOWN]
+        } else {
+            Vec::new()
+        },
+        vanishing_brokers,
+        ..Expect::default()
+    };
+    let notes = format!(
+        "held_at_sigterm={held} exit_after={:.2}s",
+        took.as_secs_f64()
+    );
+    sc.verify(&msgs, &fin, &expect, problems, &notes);
+}
+
+/// The issue's scenario: broker 2 (leader of partitions 1 and 4) down, then SIGTERM. The
+/// mock drops a down broker from Metadata, so dory reroutes (PartitionKey messages over the
+/// partitions with a known leader) and little or nothing may be left at the deadline;
+/// whatever is left must be counted `shutdown`, and the exit must come within the delay.
+#[test]
+fn sigterm_while_a_broker_is_down() {
+    sigterm_scenario(
+        "sigterm_while_broker_down",
+        2,
+        2300,
+        false,
+        vec![2],
+        0xFA_5167,
+    );
+}
+
+/// Every broker down (metadata unreachable too) from 1.5 s, then SIGTERM: what arrived
+/// since is held, delivered to nobody, and must be counted `shutdown` at the 2 s deadline.
+#[test]
+fn sigterm_while_all_brokers_are_down() {
+    sigterm_scenario(
+        "sigterm_while_all_brokers_down",
+        -1,
+        1500,
+        true,
+        Vec::new(),
+        0xFA_5168,
+    );
+}
