@@ -156,6 +156,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         pool,
         to_router,
         stop: stop.clone(),
+        last_topic: Default::default(),
     };
     let inputs = match Inputs::start(&cfg, &ctx) {
         Ok(i) => i,

@@ -801,6 +801,7 @@ impl Receiver_ {
             if code == 0 {
                 debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
                 self.metrics.delivered(p.topic, n);
+                crate::pipeline::free_msgs(p.msgs);
                 continue;
             }
             let action = classify(code);
@@ -862,7 +863,7 @@ impl Receiver_ {
 
 /// Writes the messages to a message debug file, if debug logging is on for the topic.
 fn debug_log(metrics: &Metrics, file: DebugFile, topic: &[u8], msgs: &[Msg]) {
-    let Some(d) = metrics.msg_debug() else {
+    let Some(d) = metrics.msg_debug().filter(|d| d.active()) else {
         return;
     };
     if !d.enabled_for(topic) {

@@ -126,6 +126,12 @@ impl MsgDebug {
         self.config.is_some()
     }
 
+    /// Whether any topic is being logged now: one relaxed atomic load, for hot paths to
+    /// skip even looking up the topic's name.
+    pub fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
     /// Whether messages of `topic` are being logged now. One relaxed atomic load when
     /// nothing is.
     pub fn enabled_for(&self, topic: &[u8]) -> bool {

@@ -64,6 +64,14 @@ impl Msg {
     }
 }
 
+/// Drops messages, returning their pool space with one lock for the lot.
+pub fn free_msgs(msgs: Vec<Msg>) {
+    let Some(pool) = msgs.first().map(|m| m.payload.pool()) else {
+        return;
+    };
+    pool.free_many(msgs.into_iter().map(|m| m.payload));
+}
+
 /// Messages bound for one partition of one topic.
 #[derive(Debug)]
 pub struct Batch {

@@ -319,6 +319,11 @@ impl Lease {
     }
 
     /// All bytes of the lease in a new `Vec` (tests, discard samples).
+    /// The pool this lease belongs to (for freeing many leases at once).
+    pub fn pool(&self) -> &'static Pool {
+        self.pool
+    }
+
     pub fn to_vec(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len);
         self.copy_to(0, self.len, &mut out);

@@ -313,12 +313,9 @@ impl Router {
             self.topics.resize_with(i + 1, TopicSlot::default);
         }
         let slot = &mut self.topics[i];
-        let name = slot
-            .name
-            .get_or_insert_with(|| metrics.topic_name(t))
-            .clone();
         if slot.generation != generation || slot.view.is_none() {
-            slot.view = self.cluster.topics.get(&name).cloned();
+            let name = slot.name.get_or_insert_with(|| metrics.topic_name(t));
+            slot.view = self.cluster.topics.get(&**name).cloned();
             slot.generation = generation;
         }
         slot.view.as_ref()
@@ -366,12 +363,12 @@ impl Router {
 
     /// The topic's policy, resolved from the config once.
     fn policy(&mut self, t: TopicId) -> TopicPolicy {
+        if let Some(p) = self.slot(t).policy {
+            return p;
+        }
         let cfg = self.cfg.clone();
         let metrics = self.metrics;
         let slot = self.slot(t);
-        if let Some(p) = slot.policy {
-            return p;
-        }
         let name = slot
             .name
             .get_or_insert_with(|| metrics.topic_name(t))
@@ -521,7 +518,7 @@ impl Router {
     }
 
     fn debug_log(&mut self, file: DebugFile, m: &Msg) {
-        let Some(d) = self.metrics.msg_debug() else {
+        let Some(d) = self.metrics.msg_debug().filter(|d| d.active()) else {
             return;
         };
         let name = self.metrics.topic_name(m.topic);

@@ -15,7 +15,7 @@ use crate::discard_log::{DiscardInfo, DiscardKind};
 
 use crossbeam_channel::Sender;
 
-use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, NO_TOPIC};
+use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC};
 use crate::pipeline::{Msg, INPUT_BATCH_MAX};
 use crate::pool::Pool;
 use wire::{ClientMsg, Kind, WireError};
@@ -59,13 +59,17 @@ pub enum Source {
     Tcp,
 }
 
-/// What every input needs: where messages go and how they are counted.
+/// What every input needs: where messages go and how they are counted. Each input
+/// thread has its own clone.
 #[derive(Clone)]
 pub struct InputCtx {
     pub metrics: &'static Metrics,
     pub pool: &'static Pool,
     pub to_router: Sender<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
+    /// The last topic seen and its id: clients usually send runs of one topic, and this
+    /// spares the shared topic table's lock.
+    pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId)>>,
 }
 
 impl InputCtx {
@@ -119,7 +123,18 @@ impl InputCtx {
             Kind::AnyPartition => Counter::InputAgentProcessAnyPartitionMsg,
             Kind::PartitionKey(_) => Counter::InputAgentProcessPartitionKeyMsg,
         });
-        let Some(topic) = m.topic_id(msg.topic) else {
+        let cached = self
+            .last_topic
+            .borrow()
+            .as_ref()
+            .filter(|(name, _)| name.as_slice() == msg.topic)
+            .map(|(_, id)| *id);
+        let topic = cached.or_else(|| {
+            let id = m.topic_id(msg.topic)?;
+            *self.last_topic.borrow_mut() = Some((msg.topic.to_vec(), id));
+            Some(id)
+        });
+        let Some(topic) = topic else {
             // The topic table is full (a client inventing topic names): count it under "".
             m.received(NO_TOPIC, 1);
             m.discarded(
