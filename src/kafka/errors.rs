@@ -311,3 +311,36 @@ mod tests {
         }
     }
 }
+
+/// The whole classification as a Markdown table (doc/errors.md is generated from it, and a
+/// test keeps the two equal).
+pub fn table_markdown() -> String {
+    let mut out =
+        String::from("| Code | Name | Kafka: retriable | dory's action |\n|---:|---|---|---|\n");
+    for &(code, name, retriable) in TABLE.iter().filter(|(c, _, _)| *c != NONE) {
+        let action = match classify(code) {
+            ErrorAction::Retry => "retry on the same broker",
+            ErrorAction::RefreshAndReroute => "refresh metadata, reroute",
+            ErrorAction::Backoff => "retry after backoff",
+            ErrorAction::Discard => "discard (`kafka_error`)",
+        };
+        let r = if retriable { "yes" } else { "no" };
+        out.push_str(&format!("| {code} | {name} | {r} | {action} |\n"));
+    }
+    out.push_str("| any other | (unknown) | no | discard (`kafka_error`) |\n");
+    out
+}
+
+#[cfg(test)]
+mod doc_tests {
+    #[test]
+    fn doc_errors_md_matches_the_code() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("doc/errors.md");
+        let doc = std::fs::read_to_string(&path).expect("doc/errors.md exists");
+        let table = super::table_markdown();
+        assert!(
+            doc.contains(&table),
+            "doc/errors.md is out of date; regenerate its table with:\n{table}"
+        );
+    }
+}
