@@ -11,8 +11,6 @@ use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use nix::sys::socket::{recv, MsgFlags};
-
 use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
 use crate::pipeline::INPUT_BATCH_MAX;
@@ -83,13 +81,86 @@ impl DatagramInput {
 /// keep the drain going for ever).
 const STOP_DRAIN_MAX: usize = 100_000;
 
+/// Datagrams taken per `recvmmsg` call.
+const RECV_BATCH: usize = 32;
+
+/// Buffers for receiving up to [`RECV_BATCH`] datagrams with one `recvmmsg` call.
+struct RecvBatch {
+    bufs: Vec<Vec<u8>>,
+    iovecs: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+impl RecvBatch {
+    fn new(max_msg_size: usize) -> RecvBatch {
+        let mut bufs: Vec<Vec<u8>> = (0..RECV_BATCH).map(|_| vec![0u8; max_msg_size]).collect();
+        let iovecs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is a plain C struct for which all-zero bytes are a valid value
+        // (null name, no control data); the iovec pointers are filled in by `recv`.
+        let headers: Vec<libc::mmsghdr> = (0..RECV_BATCH)
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        RecvBatch {
+            bufs,
+            iovecs,
+            headers,
+        }
+    }
+
+    /// Receives up to [`RECV_BATCH`] datagrams: blocks (up to the socket's read timeout)
+    /// for the first, then takes what is already queued. Returns how many arrived.
+    fn recv(&mut self, fd: std::os::fd::RawFd, flags: libc::c_int) -> std::io::Result<usize> {
+        for (h, iov) in self.headers.iter_mut().zip(self.iovecs.iter_mut()) {
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_len = 0;
+        }
+        // SAFETY: `headers` holds RECV_BATCH initialised mmsghdr entries whose single
+        // iovec each points into a live buffer of `bufs` (owned by self, not moved or
+        // resized after `new`) with its true length; the kernel writes at most that many
+        // bytes per entry and sets `msg_len`. A null timeout means the socket's own
+        // SO_RCVTIMEO applies.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.headers.as_mut_ptr(),
+                RECV_BATCH as libc::c_uint,
+                flags,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    /// The `i`th datagram of the last `recv` (truncated ones keep only what fitted, so
+    /// they fail the size check as malformed).
+    fn datagram(&self, i: usize) -> &[u8] {
+        let len = (self.headers[i].msg_len as usize).min(self.bufs[i].len());
+        &self.bufs[i][..len]
+    }
+}
+
 fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: InputCtx) {
-    let mut buf = vec![0u8; max_msg_size];
+    let mut batch = RecvBatch::new(max_msg_size);
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
     let fd = sock.as_raw_fd();
     loop {
-        match sock.recv(&mut buf) {
-            Ok(n) => ctx.accept(&buf[..n], Source::Datagram, &mut out),
+        match batch.recv(fd, libc::MSG_WAITFORONE) {
+            Ok(n) => {
+                for i in 0..n {
+                    ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
+                }
+                ctx.flush(&mut out);
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -101,38 +172,33 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
                 if ctx.stopping() {
                     break;
                 }
-                continue;
             }
             Err(e) => {
-                log::error!("datagram input: recv failed: {e}");
+                log::error!("datagram input: recvmmsg failed: {e}");
                 if ctx.stopping() {
                     break;
                 }
-                continue;
             }
         }
-        // Drain what is already queued, without blocking, up to one batch.
-        while out.len() < INPUT_BATCH_MAX {
-            match recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
-                Ok(n) => ctx.accept(&buf[..n], Source::Datagram, &mut out),
-                Err(_) => break,
-            }
-        }
-        ctx.flush(&mut out);
     }
     // Stopping: no new clients can find the socket, then take what clients already
     // queued, so nothing the kernel accepted is dropped unseen.
     if let Err(e) = std::fs::remove_file(path) {
         log::warn!("cannot remove {}: {e}", path.display());
     }
-    for _ in 0..STOP_DRAIN_MAX {
-        let Ok(n) = recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) else {
+    let mut taken = 0;
+    while taken < STOP_DRAIN_MAX {
+        let Ok(n) = batch.recv(fd, libc::MSG_DONTWAIT) else {
             break;
         };
-        ctx.accept(&buf[..n], Source::Datagram, &mut out);
-        if out.len() >= INPUT_BATCH_MAX {
-            ctx.flush(&mut out);
+        if n == 0 {
+            break;
         }
+        for i in 0..n {
+            ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
+        }
+        ctx.flush(&mut out);
+        taken += n;
     }
     ctx.flush(&mut out);
 }
