@@ -157,6 +157,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         to_router,
         stop: stop.clone(),
         last_topic: Default::default(),
+        counts: Default::default(),
     };
     let inputs = match Inputs::start(&cfg, &ctx) {
         Ok(i) => i,

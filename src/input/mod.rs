@@ -70,6 +70,16 @@ pub struct InputCtx {
     /// The last topic seen and its id: clients usually send runs of one topic, and this
     /// spares the shared topic table's lock.
     pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId)>>,
+    /// Counters for the batch being collected, added to the metrics in `flush`.
+    pub counts: std::cell::RefCell<PendingCounts>,
+}
+
+/// Per-batch counts, so the shared counters are touched once per batch.
+#[derive(Debug, Default, Clone)]
+pub struct PendingCounts {
+    any_partition: u64,
+    partition_key: u64,
+    source: Option<Source>,
 }
 
 impl InputCtx {
@@ -119,10 +129,13 @@ impl InputCtx {
 
     fn accept_parsed(&self, msg: ClientMsg<'_>, source: Source, out: &mut Vec<Msg>) {
         let m = self.metrics;
-        m.inc(match msg.kind {
-            Kind::AnyPartition => Counter::InputAgentProcessAnyPartitionMsg,
-            Kind::PartitionKey(_) => Counter::InputAgentProcessPartitionKeyMsg,
-        });
+        {
+            let mut c = self.counts.borrow_mut();
+            match msg.kind {
+                Kind::AnyPartition => c.any_partition += 1,
+                Kind::PartitionKey(_) => c.partition_key += 1,
+            }
+        }
         let cached = self
             .last_topic
             .borrow()
@@ -146,9 +159,9 @@ impl InputCtx {
             );
             return;
         };
-        m.received(topic, 1);
         let len = msg.key.len() + msg.value.len();
         let Some(mut payload) = self.pool.alloc(len) else {
+            m.received(topic, 1);
             if let Some(log) = m.discard_log() {
                 let kind = DiscardKind::Discard(DiscardInfo::NoMem);
                 log.log(
@@ -172,13 +185,9 @@ impl InputCtx {
         };
         payload.write_at(0, msg.key);
         payload.write_at(msg.key.len(), msg.value);
-        m.inc(Counter::MsgCreate);
-        m.inc(match source {
-            Source::Datagram => Counter::UnixDgInputAgentForwardMsg,
-            Source::UnixStream => Counter::UnixStreamInputForwardMsg,
-            Source::Tcp => Counter::TcpInputForwardMsg,
-        });
-        m.queue_add(topic, QueueState::New, 1);
+        // Received, MsgCreate, forwarded and New are counted for the batch in `flush`,
+        // before the router can see (and settle) any of these messages.
+        self.counts.borrow_mut().source = Some(source);
         out.push(Msg {
             topic,
             partition_key: match msg.kind {
@@ -195,10 +204,47 @@ impl InputCtx {
         });
     }
 
-    /// Hands a batch to the router (blocking while its queue is full: backpressure).
+    /// Hands a batch to the router (blocking while its queue is full: backpressure),
+    /// counting it first.
     pub fn flush(&self, out: &mut Vec<Msg>) {
+        let m = self.metrics;
+        {
+            let mut c = self.counts.borrow_mut();
+            if c.any_partition > 0 {
+                m.add(Counter::InputAgentProcessAnyPartitionMsg, c.any_partition);
+            }
+            if c.partition_key > 0 {
+                m.add(Counter::InputAgentProcessPartitionKeyMsg, c.partition_key);
+            }
+            *c = PendingCounts::default();
+        }
         if out.is_empty() {
             return;
+        }
+        let source = self.counts.borrow().source;
+        let n = out.len() as u64;
+        m.add(Counter::MsgCreate, n);
+        if let Some(source) = source {
+            m.add(
+                match source {
+                    Source::Datagram => Counter::UnixDgInputAgentForwardMsg,
+                    Source::UnixStream => Counter::UnixStreamInputForwardMsg,
+                    Source::Tcp => Counter::TcpInputForwardMsg,
+                },
+                n,
+            );
+        }
+        // Per topic, in runs (clients usually send runs of one topic).
+        let mut i = 0;
+        while i < out.len() {
+            let t = out[i].topic;
+            let start = i;
+            while i < out.len() && out[i].topic == t {
+                i += 1;
+            }
+            let run = (i - start) as u64;
+            m.received(t, run);
+            m.queue_add(t, QueueState::New, run as i64);
         }
         let batch = std::mem::replace(out, Vec::with_capacity(INPUT_BATCH_MAX));
         if let Err(e) = self.to_router.send(batch) {
