@@ -156,7 +156,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         pool,
         to_router,
         stop: stop.clone(),
-        last_topic: Default::default(),
+        topic_cache: Default::default(),
         counts: Default::default(),
     };
     let inputs = match Inputs::start(&cfg, &ctx) {

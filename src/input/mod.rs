@@ -20,6 +20,10 @@ use crate::pipeline::{Msg, INPUT_BATCH_MAX};
 use crate::pool::Pool;
 use wire::{ClientMsg, Kind, WireError};
 
+/// Most topic ids an input thread remembers (the cache is cleared when full, so a client
+/// inventing topic names cannot make it grow without bound).
+const TOPIC_CACHE_MAX: usize = 4096;
+
 /// How often blocked input threads look at the stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(100);
 
@@ -67,9 +71,8 @@ pub struct InputCtx {
     pub pool: &'static Pool,
     pub to_router: Sender<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
-    /// The last topic seen and its id: clients usually send runs of one topic, and this
-    /// spares the shared topic table's lock.
-    pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId)>>,
+    /// Topic ids this thread has looked up, sparing the shared topic table's lock.
+    pub topic_cache: std::cell::RefCell<std::collections::HashMap<Vec<u8>, TopicId>>,
     /// Counters for the batch being collected, added to the metrics in `flush`.
     pub counts: std::cell::RefCell<PendingCounts>,
 }
@@ -136,15 +139,14 @@ impl InputCtx {
                 Kind::PartitionKey(_) => c.partition_key += 1,
             }
         }
-        let cached = self
-            .last_topic
-            .borrow()
-            .as_ref()
-            .filter(|(name, _)| name.as_slice() == msg.topic)
-            .map(|(_, id)| *id);
+        let cached = self.topic_cache.borrow().get(msg.topic).copied();
         let topic = cached.or_else(|| {
             let id = m.topic_id(msg.topic)?;
-            *self.last_topic.borrow_mut() = Some((msg.topic.to_vec(), id));
+            let mut cache = self.topic_cache.borrow_mut();
+            if cache.len() >= TOPIC_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(msg.topic.to_vec(), id);
             Some(id)
         });
         let Some(topic) = topic else {
@@ -234,17 +236,17 @@ impl InputCtx {
                 n,
             );
         }
-        // Per topic, in runs (clients usually send runs of one topic).
-        let mut i = 0;
-        while i < out.len() {
-            let t = out[i].topic;
-            let start = i;
-            while i < out.len() && out[i].topic == t {
-                i += 1;
+        // Per topic: a batch holds few topics, so a short list is enough.
+        let mut per_topic: Vec<(TopicId, u64)> = Vec::new();
+        for msg in out.iter() {
+            match per_topic.iter_mut().find(|(t, _)| *t == msg.topic) {
+                Some((_, n)) => *n += 1,
+                None => per_topic.push((msg.topic, 1)),
             }
-            let run = (i - start) as u64;
-            m.received(t, run);
-            m.queue_add(t, QueueState::New, run as i64);
+        }
+        for (t, n) in per_topic {
+            m.received(t, n);
+            m.queue_add(t, QueueState::New, n as i64);
         }
         let batch = std::mem::replace(out, Vec::with_capacity(INPUT_BATCH_MAX));
         if let Err(e) = self.to_router.send(batch) {

