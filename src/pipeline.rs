@@ -18,7 +18,7 @@ use crate::pool::Lease;
 
 /// Messages an input hands over in one channel send (inputs batch what is already queued
 /// in the socket, so the per-message channel cost is amortised).
-pub const INPUT_BATCH_MAX: usize = 64;
+pub const INPUT_BATCH_MAX: usize = 128;
 /// Capacity of the inputs → router channel, in input batches.
 pub const INPUT_CHANNEL_CAP: usize = 1024;
 /// Capacity of each router → dispatcher channel, in batches.
