@@ -157,6 +157,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         to_router,
         stop: stop.clone(),
         topic_cache: Default::default(),
+        batch_clock: Default::default(),
         counts: Default::default(),
     };
     let inputs = match Inputs::start(&cfg, &ctx) {

@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod discard_log;
 pub mod discards;
 pub mod dispatcher;
+pub mod fasthash;
 pub mod input;
 pub mod kafka;
 pub mod metadata;

@@ -18,6 +18,7 @@ use crate::cluster::{Cluster, TopicView};
 use crate::config::BatchLimits;
 use crate::config::Config;
 use crate::dispatcher::{self, DispatcherConfig, DispatcherHandle};
+use crate::fasthash::FastMap;
 use crate::metrics::{DiscardReason, Metrics, QueueState, TopicId};
 use crate::msg_debug::DebugFile;
 use crate::partitioner::java_partition;
@@ -136,7 +137,7 @@ pub struct Router {
     cluster: Cluster,
     have_metadata: bool,
     topics: Vec<TopicSlot>,
-    batches: HashMap<BatchKey, Open>,
+    batches: FastMap<BatchKey, Open>,
     /// Combined-topics batches, per destination broker.
     combined: HashMap<i32, OpenBatch>,
     /// Reused buffer for message keys (murmur2).
@@ -182,7 +183,7 @@ impl Router {
             cluster: Cluster::default(),
             have_metadata: false,
             topics: Vec::new(),
-            batches: HashMap::new(),
+            batches: FastMap::default(),
             combined: HashMap::new(),
             scratch: Vec::new(),
             next_batch_expiry: None,

@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
@@ -156,6 +157,7 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
     loop {
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
+                ctx.batch_clock.set(Some(Instant::now()));
                 for i in 0..n {
                     ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                 }

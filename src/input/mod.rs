@@ -72,7 +72,10 @@ pub struct InputCtx {
     pub to_router: Sender<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
     /// Topic ids this thread has looked up, sparing the shared topic table's lock.
-    pub topic_cache: std::cell::RefCell<std::collections::HashMap<Vec<u8>, TopicId>>,
+    pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, TopicId>>,
+    /// Arrival time for the messages being accepted, when the input read them together
+    /// (one clock read per batch); `None`: read the clock per message.
+    pub batch_clock: std::cell::Cell<Option<Instant>>,
     /// Counters for the batch being collected, added to the metrics in `flush`.
     pub counts: std::cell::RefCell<PendingCounts>,
 }
@@ -197,7 +200,7 @@ impl InputCtx {
                 Kind::PartitionKey(k) => Some(k),
             },
             timestamp: msg.timestamp,
-            arrival: Instant::now(),
+            arrival: self.batch_clock.get().unwrap_or_else(Instant::now),
             payload,
             key_len: u32::try_from(msg.key.len())
                 .expect("a key fits in a client message, so in u32"),
