@@ -730,6 +730,14 @@ impl Dory {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        // The daemon inherits no descriptor beyond stdin/stdout/stderr (see
+        // `Dory::start_isolated` for why this matters with the librdkafka mock).
+        // SAFETY: the hook runs in the forked child before exec and only makes
+        // async-signal-safe system calls.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(cloexec_fds_above_stderr);
+        }
         let proc = Proc::spawn("dory", &mut cmd, dir.path());
         Dory {
             proc,
@@ -2061,7 +2069,7 @@ fn cloexec_fds_above_stderr() -> io::Result<()> {
 }
 
 impl Dory {
-    /// As [`Dory::start`], except that the daemon inherits no descriptor of the test
+    /// [`Dory::start`], which makes sure the daemon inherits no descriptor of the test
     /// process beyond stdin/stdout/stderr.
     ///
     /// Why: the librdkafka mock accepts broker connections without `CLOEXEC`, so a dory
@@ -2071,52 +2079,6 @@ impl Dory {
     /// and the other test's daemon sees a broker that hangs instead of one that is down —
     /// until the foreign process exits. Fault tests running in parallel must use this.
     pub fn start_isolated(args: DoryArgs) -> Dory {
-        use std::os::unix::process::CommandExt;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let dgram = dir.path().join("dgram.sock");
-        let stream = dir.path().join("stream.sock");
-        let tcp_port = free_port();
-        let status: SocketAddr = format!("127.0.0.1:{}", free_port())
-            .parse()
-            .expect("loopback addr");
-        let mut cmd = Command::new(dory_bin());
-        cmd.current_dir(dir.path());
-        for b in &args.brokers {
-            cmd.arg("--broker").arg(b);
-        }
-        cmd.arg("--dgram-socket")
-            .arg(&dgram)
-            .arg("--stream-socket")
-            .arg(&stream)
-            .arg("--tcp-port")
-            .arg(tcp_port.to_string())
-            .arg("--status-addr")
-            .arg(status.to_string());
-        if let Some(ms) = args.batch_time_ms {
-            cmd.arg("--batch-time-ms").arg(ms.to_string());
-        }
-        if let Some(toml) = &args.config_toml {
-            let path = dir.path().join("dory.toml");
-            fs::write(&path, toml).expect("write dory.toml");
-            cmd.arg("--config").arg(path);
-        }
-        cmd.args(&args.extra_args);
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
-        }
-        // SAFETY: the hook runs in the forked child before exec and only makes
-        // async-signal-safe system calls.
-        unsafe {
-            cmd.pre_exec(cloexec_fds_above_stderr);
-        }
-        let proc = Proc::spawn("dory", &mut cmd, dir.path());
-        Dory {
-            proc,
-            dgram,
-            stream,
-            tcp_port,
-            status,
-            dir,
-        }
+        Dory::start(args)
     }
 }
