@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
+use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
 use crate::pipeline::INPUT_BATCH_MAX;
 
@@ -176,14 +176,7 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
                 }
                 ctx.flush(&mut out);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if is_poll_timeout(&e) => {
                 if ctx.stopping() {
                     break;
                 }

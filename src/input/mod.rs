@@ -270,6 +270,17 @@ impl InputCtx {
     }
 }
 
+/// A read that ended because the socket's timeout ([`STOP_POLL`]) ran out (or a signal):
+/// time to look at the stop flag, not an error.
+pub fn is_poll_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    )
+}
+
 /// Removes a stale socket file (any file at `path`); a missing one is fine.
 pub fn remove_stale(path: &Path) -> Result<(), InputError> {
     match std::fs::remove_file(path) {

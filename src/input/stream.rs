@@ -16,7 +16,7 @@ use std::time::Duration;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::wire::{FrameError, StreamFramer};
-use super::{remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
+use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
 use crate::discard_log::DiscardInfo;
 use crate::metrics::{Counter, DiscardReason, NO_TOPIC};
@@ -247,14 +247,7 @@ fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx) {
                 }
                 ctx.flush(&mut out);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if is_poll_timeout(&e) => {
                 if ctx.stopping() {
                     if !framer.buffered().is_empty() {
                         unclean(ctx, tcp, framer.buffered());
