@@ -366,8 +366,8 @@ pub fn format_line(event: &DiscardEvent, max_msg_prefix: Option<usize>, out: &mu
     out.push(b'\n');
 }
 
-/// `<base64 length>[<base64>]`.
-fn put_base64(out: &mut Vec<u8>, raw: &[u8]) {
+/// `<base64 length>[<base64>]`, as Dory's discard and debug logs write keys and values.
+pub fn put_base64(out: &mut Vec<u8>, raw: &[u8]) {
     let b64_len = base64::encoded_len(raw.len(), true).unwrap_or(0);
     put_fmt(out, format_args!("{b64_len}["));
     let start = out.len();

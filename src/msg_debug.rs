@@ -4,6 +4,7 @@
 //! Shared as `Arc<MsgDebug>` by the status server (control) and router/dispatchers (writes);
 //! when nothing is being logged, the hot-path check is one atomic load.
 
+use crate::discard_log::put_base64;
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -12,9 +13,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
 
 /// Reply to requests when message debug logging is not configured.
 pub const NOT_CONFIGURED: &str =
@@ -405,19 +403,6 @@ fn format_line(out: &mut Vec<u8>, client_ts: i64, topic: &[u8], key: &[u8], valu
     out.extend_from_slice(b" value: ");
     put_base64(out, value);
     out.push(b'\n');
-}
-
-/// `<base64 length>[<base64>]`.
-fn put_base64(out: &mut Vec<u8>, raw: &[u8]) {
-    let b64_len = base64::encoded_len(raw.len(), true).unwrap_or(0);
-    let _ = write!(out, "{b64_len}[");
-    let start = out.len();
-    out.resize(start + b64_len, 0);
-    let written = BASE64
-        .encode_slice(raw, &mut out[start..])
-        .unwrap_or_default();
-    out.truncate(start + written);
-    out.push(b']');
 }
 
 /// Decodes `%XX` escapes; `None` on a malformed escape.
