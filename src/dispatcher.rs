@@ -238,29 +238,18 @@ fn give_back(to_router: &Sender<Outcome>, broker: i32, reason: ReturnReason, bat
     if batches.is_empty() {
         return;
     }
-    if let Err(e) = to_router.send(Outcome::Returned {
-        broker,
-        reason,
-        batches,
-    }) {
+    let n = batches.len();
+    if to_router
+        .send(Outcome::Returned {
+            broker,
+            reason,
+            batches,
+        })
+        .is_err()
+    {
         // The router is gone only at the very end of shutdown, after it stopped waiting
-        // for us; the messages are dropped with the process. Count them so the loss shows.
-        log::error!(
-            "router gone; {} batch(es) not returned",
-            e.into_inner().batch_count()
-        );
-    }
-}
-
-trait BatchCount {
-    fn batch_count(&self) -> usize;
-}
-impl BatchCount for Outcome {
-    fn batch_count(&self) -> usize {
-        match self {
-            Outcome::Returned { batches, .. } => batches.len(),
-            _ => 0,
-        }
+        // for us; the messages are dropped with the process. Log them so the loss shows.
+        log::error!("router gone; {n} batch(es) not returned");
     }
 }
 

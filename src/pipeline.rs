@@ -84,11 +84,6 @@ impl Batch {
     pub fn payload_bytes(&self) -> usize {
         self.msgs.iter().map(|m| m.payload.len()).sum()
     }
-    pub fn min_max_ts(&self) -> (i64, i64) {
-        self.msgs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), m| {
-            (lo.min(m.timestamp), hi.max(m.timestamp))
-        })
-    }
 }
 
 /// Why a dispatcher hands messages back to the router.

@@ -152,8 +152,6 @@ pub struct Router {
     full_fetch_in_flight: bool,
     /// Sequence number of the last all-topics fetch sent.
     full_fetch_seq: u64,
-    /// Targeted fetches outstanding.
-    partial_fetches: usize,
     /// A full fetch is wanted at this time.
     full_fetch_at: Option<Instant>,
     last_full_fetch: Option<Instant>,
@@ -192,7 +190,6 @@ impl Router {
             awaiting_metadata: Vec::new(),
             full_fetch_in_flight: false,
             full_fetch_seq: 0,
-            partial_fetches: 0,
             full_fetch_at: Some(now),
             last_full_fetch: None,
             next_periodic_refresh,
@@ -879,8 +876,6 @@ impl Router {
         let full = resp.request.topics.is_none();
         if full {
             self.full_fetch_in_flight = false;
-        } else {
-            self.partial_fetches = self.partial_fetches.saturating_sub(1);
         }
         let md = match resp.result {
             Ok(md) => md,
@@ -1281,20 +1276,17 @@ impl Router {
         self.discard_staged(b.msgs, reason, QueueState::SendWait);
     }
 
-    /// Discards messages not yet in any queue state (just taken from the input).
+    /// Discards messages not in any queue state (just taken from the input, or taken
+    /// out of their state by the caller).
     fn discard_msgs(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
-        self.discard_counted(msgs, reason);
+        crate::discards::discard(self.metrics, msgs, reason);
     }
 
     fn discard_staged(&mut self, msgs: Vec<Msg>, reason: DiscardReason, state: QueueState) {
         for m in &msgs {
             self.metrics.queue_add(m.topic, state, -1);
         }
-        self.discard_counted(msgs, reason);
-    }
-
-    fn discard_counted(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
-        crate::discards::discard(self.metrics, msgs, reason);
+        self.discard_msgs(msgs, reason);
     }
 }
 

@@ -24,8 +24,6 @@ use crate::pipeline::INPUT_BATCH_MAX;
 
 /// Most simultaneous connections per stream input; more are refused (and counted).
 pub const MAX_CONNECTIONS: usize = 1024;
-/// Listen backlog (Dory's fixed 16 was too small for bursts of connecting clients).
-const BACKLOG_HINT: i32 = 128;
 
 enum Listener {
     Unix(UnixListener),
@@ -117,7 +115,6 @@ fn spawn_acceptor(
     max_msg_size: usize,
     ctx: InputCtx,
 ) -> Result<JoinHandle<()>, InputError> {
-    let _ = BACKLOG_HINT;
     let nonblocking = match &l {
         Listener::Unix(u) => u.set_nonblocking(true),
         Listener::Tcp(t) => t.set_nonblocking(true),

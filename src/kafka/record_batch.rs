@@ -952,19 +952,23 @@ mod tests {
             let sets = RecordBatchDecoder::decode_all(&mut slice).unwrap();
             assert_eq!(sets.len(), 1);
             assert_eq!(sets[0].compression, RecordCompression::RecordBatch(theirs));
-            let got: Vec<Rec> = sets[0]
-                .records
-                .iter()
-                .map(|r| {
-                    (
-                        r.timestamp,
-                        r.key.as_ref().map(|k| k.to_vec()),
-                        r.value.as_ref().map(|v| v.to_vec()),
-                    )
-                })
-                .collect();
+            let got = their_records(&sets[0].records);
             assert_eq!(got, recs, "{codec}");
         }
+    }
+
+    /// Records as kafka-protocol decoded them, in our test shape.
+    fn their_records(records: &[kafka_protocol::records::Record]) -> Vec<Rec> {
+        records
+            .iter()
+            .map(|r| {
+                (
+                    r.timestamp,
+                    r.key.as_ref().map(|k| k.to_vec()),
+                    r.value.as_ref().map(|v| v.to_vec()),
+                )
+            })
+            .collect()
     }
 
     #[test]
@@ -989,17 +993,7 @@ mod tests {
         let sets = RecordBatchDecoder::decode_all(&mut slice).unwrap();
         assert_eq!(sets.len(), 2);
         assert_eq!(sets[0].version, 2);
-        let got: Vec<Rec> = sets[0]
-            .records
-            .iter()
-            .map(|r| {
-                (
-                    r.timestamp,
-                    r.key.as_ref().map(|k| k.to_vec()),
-                    r.value.as_ref().map(|v| v.to_vec()),
-                )
-            })
-            .collect();
+        let got = their_records(&sets[0].records);
         assert_eq!(got, recs);
         for (i, r) in sets[0].records.iter().enumerate() {
             assert_eq!(r.offset, i as i64);
