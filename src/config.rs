@@ -142,6 +142,7 @@ pub struct RawInput {
     pub max_datagram_msg_size: Option<ByteSize>,
     pub max_stream_msg_size: Option<ByteSize>,
     pub msg_buffer_max: Option<ByteSize>,
+    pub busy_poll_us: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -264,6 +265,8 @@ pub struct InputConfig {
     pub tcp_port: Option<u16>,
     pub max_datagram_msg_size: usize,
     pub max_stream_msg_size: usize,
+    /// Longest spin of the datagram input on an empty queue while senders are ahead of it.
+    pub busy_poll: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -330,6 +333,10 @@ pub struct Config {
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
 const MAX_DATAGRAM_LIMIT: u64 = 16 << 20;
+/// `input.busy_poll_us` default: see `input::datagram::BusyPoll`.
+const DEFAULT_BUSY_POLL_US: u64 = 50;
+/// Spinning longer than this between datagrams would only burn CPU.
+const MAX_BUSY_POLL_US: u64 = 10_000;
 
 fn parse_mode(key: &'static str, s: &str) -> Result<u32, ConfigError> {
     let t = s.trim();
@@ -466,6 +473,13 @@ impl Config {
                 format!("must be between 8 and {MAX_DATAGRAM_LIMIT} bytes"),
             ));
         }
+        let busy_poll_us = input.busy_poll_us.unwrap_or(DEFAULT_BUSY_POLL_US);
+        if busy_poll_us > MAX_BUSY_POLL_US {
+            return Err(invalid(
+                "input.busy_poll_us",
+                format!("must be between 0 (never spin) and {MAX_BUSY_POLL_US} microseconds"),
+            ));
+        }
         let max_stream = input.max_stream_msg_size.map_or(2 << 20, |b| b.0);
         if !(8..=(i32::MAX as u64)).contains(&max_stream) {
             return Err(invalid(
@@ -599,6 +613,7 @@ impl Config {
                 tcp_port,
                 max_datagram_msg_size: to_usize("input.max_datagram_msg_size", max_datagram)?,
                 max_stream_msg_size: to_usize("input.max_stream_msg_size", max_stream)?,
+                busy_poll: Duration::from_micros(busy_poll_us),
             },
             kafka: KafkaConfig {
                 brokers,
@@ -794,6 +809,23 @@ mod tests {
         };
         let e = Config::from_parts(RawConfig::default(), true, &ov).unwrap_err();
         assert!(e.to_string().contains("input.dgram_socket"), "{e}");
+    }
+
+    #[test]
+    fn busy_poll_defaults_and_bounds() {
+        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
+        assert_eq!(c.input.busy_poll, Duration::from_micros(50));
+        let raw = |us| RawConfig {
+            input: RawInput {
+                busy_poll_us: Some(us),
+                ..RawInput::default()
+            },
+            ..RawConfig::default()
+        };
+        let c = Config::from_parts(raw(0), false, &flags()).expect("0 turns spinning off");
+        assert_eq!(c.input.busy_poll, Duration::ZERO);
+        let e = Config::from_parts(raw(10_001), false, &flags()).unwrap_err();
+        assert!(e.to_string().contains("input.busy_poll_us"), "{e}");
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Inputs {
                 inputs.dgram = Some(DatagramInput::start(
                     d,
                     cfg.input.max_datagram_msg_size,
+                    cfg.input.busy_poll,
                     ctx.clone(),
                 )?);
             }

@@ -9,8 +9,9 @@
 //! Each run sends `--messages` AnyPartition datagrams (100-byte values: 139-byte datagrams)
 //! with `sendmmsg`, 32 per call, to a UNIX datagram socket, and measures, in turn:
 //!
-//! - `ceiling`: a trivial `recvmmsg` receiver that only counts (and `recv`, one datagram
-//!   per call, if asked for) — what the machine can move through the socket at all;
+//! - `ceiling`: a trivial `recvmmsg` receiver that only counts, polling briefly before it
+//!   sleeps — what the machine can move through the socket at all (`blocking`, the same
+//!   without polling, and `recv`, one blocking call per datagram, on request);
 //! - `sink`: the real dory daemon delivering to a minimal counting Kafka broker kept in
 //!   this benchmark (`sink.rs`), which isolates the daemon's own cost;
 //! - `tansu`: dory delivering to Tansu, a real Kafka-compatible broker (in-memory storage).
@@ -103,8 +104,10 @@ struct Opts {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 enum Target {
-    /// Raw ceiling: recvmmsg receiver.
+    /// Raw ceiling: recvmmsg receiver that polls briefly before sleeping.
     Ceiling,
+    /// recvmmsg receiver that sleeps whenever the queue is empty (not a ceiling).
+    Blocking,
     /// Raw ceiling: one blocking recv per datagram.
     Recv,
     /// dory → counting Produce sink.
@@ -117,7 +120,8 @@ impl Target {
     fn name(self) -> &'static str {
         match self {
             Target::Ceiling => "ceiling (recvmmsg)",
-            Target::Recv => "ceiling (recv)",
+            Target::Blocking => "recvmmsg, blocking",
+            Target::Recv => "recv, blocking",
             Target::Sink => "dory -> sink",
             Target::Tansu => "dory -> tansu",
         }
@@ -125,6 +129,7 @@ impl Target {
     fn key(self) -> &'static str {
         match self {
             Target::Ceiling => "ceiling",
+            Target::Blocking => "blocking",
             Target::Recv => "recv",
             Target::Sink => "sink",
             Target::Tansu => "tansu",
@@ -291,7 +296,9 @@ impl Ctx<'_> {
         for run in 1..=o.runs {
             for &t in &self.targets {
                 let r = match t {
-                    Target::Ceiling | Target::Recv => run_ceiling(&load, t, stall),
+                    Target::Ceiling | Target::Blocking | Target::Recv => {
+                        run_ceiling(&load, t, stall)
+                    }
                     Target::Sink | Target::Tansu => run_daemon(
                         o,
                         &load,
@@ -514,10 +521,10 @@ impl Ctx<'_> {
 
 fn run_ceiling(load: &Load, t: Target, stall: Duration) -> Result<RunResult, String> {
     let dir = ScratchDir::new("ceiling").map_err(|e| e.to_string())?;
-    let mode = if t == Target::Recv {
-        ceiling::Mode::Recv
-    } else {
-        ceiling::Mode::Recvmmsg
+    let mode = match t {
+        Target::Recv => ceiling::Mode::Recv,
+        Target::Blocking => ceiling::Mode::RecvmmsgBlocking,
+        _ => ceiling::Mode::Recvmmsg,
     };
     let before = CpuSnapshot::take(&[]);
     let c =

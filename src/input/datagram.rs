@@ -1,6 +1,8 @@
 //! The UNIX datagram input, the main path: one message per datagram. The thread blocks in
-//! `recv` (waking every [`STOP_POLL`] to look at the stop flag), then drains whatever else
-//! is already queued without blocking, and hands the lot to the router in one send.
+//! `recvmmsg` (waking every [`STOP_POLL`] to look at the stop flag), then takes whatever
+//! else is queued without blocking, and hands messages to the router in batches of up to
+//! [`INPUT_BATCH_MAX`]. While senders are ahead of it (a backlog), it polls an empty queue
+//! for a short while before sleeping ([`BusyPoll`]).
 //!
 //! Senders block when the socket's queue is full; on Linux that queue holds
 //! `net.unix.max_dgram_qlen` datagrams (often only 10), so a slow daemon slows its clients
@@ -10,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
@@ -27,6 +29,7 @@ impl DatagramInput {
     pub fn start(
         cfg: &UnixSocketConfig,
         max_msg_size: usize,
+        busy_poll: Duration,
         ctx: InputCtx,
     ) -> Result<DatagramInput, InputError> {
         match check_datagram_size(max_msg_size) {
@@ -59,7 +62,7 @@ impl DatagramInput {
             .name("input-dgram".into())
             .spawn({
                 let path = cfg.path.clone();
-                move || run(sock, &path, max_msg_size, ctx)
+                move || run(sock, &path, max_msg_size, busy_poll, ctx)
             })
             .map_err(InputError::Thread)?;
         Ok(DatagramInput {
@@ -150,10 +153,17 @@ impl RecvBatch {
     }
 }
 
-fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: InputCtx) {
+fn run(
+    sock: UnixDatagram,
+    path: &std::path::Path,
+    max_msg_size: usize,
+    busy_poll: Duration,
+    ctx: InputCtx,
+) {
     let mut batch = RecvBatch::new(max_msg_size);
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
     let fd = sock.as_raw_fd();
+    let mut poller = BusyPoll::new(busy_poll, full_queue_len());
     loop {
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
@@ -161,17 +171,31 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
                 for i in 0..n {
                     ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                 }
-                // While datagrams keep coming (a full queue holds only
-                // net.unix.max_dgram_qlen of them), gather more before waking the router:
-                // fewer, larger hand-offs.
-                while out.len() + RECV_BATCH <= INPUT_BATCH_MAX {
+                poller.arrived(n, Instant::now());
+                // While datagrams keep coming, keep taking them without sleeping, and
+                // hand them to the router in batches of up to INPUT_BATCH_MAX.
+                loop {
+                    if out.len() + RECV_BATCH > INPUT_BATCH_MAX {
+                        ctx.flush(&mut out);
+                        if ctx.stopping() {
+                            break;
+                        }
+                    }
                     match batch.recv(fd, libc::MSG_DONTWAIT) {
                         Ok(n) if n > 0 => {
+                            let now = Instant::now();
+                            ctx.batch_clock.set(Some(now));
                             for i in 0..n {
                                 ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                             }
+                            poller.arrived(n, now);
                         }
-                        _ => break,
+                        _ => {
+                            if !poller.keep_polling(Instant::now()) {
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
                     }
                 }
                 ctx.flush(&mut out);
@@ -187,6 +211,9 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
                     break;
                 }
             }
+        }
+        if ctx.stopping() {
+            break;
         }
     }
     // Stopping: no new clients can find the socket, then take what clients already
@@ -209,6 +236,71 @@ fn run(sock: UnixDatagram, path: &std::path::Path, max_msg_size: usize, ctx: Inp
         taken += n;
     }
     ctx.flush(&mut out);
+}
+
+/// Decides whether the input keeps polling an empty socket rather than sleep.
+///
+/// When senders fill the socket's queue faster than the input takes from it, every empty
+/// queue means the input sleeps, the next datagram wakes it, and the senders, blocked on
+/// the full queue, sleep and are woken in turn: on a small virtual machine those wake-ups
+/// cost more per datagram than the receive itself and cap intake at a fraction of what the
+/// socket can carry. So while there is a backlog (a receive found the queue full in the
+/// last [`BACKLOG_HOLD`]), the input keeps polling for up to `window` after the last
+/// datagram before it sleeps. Without a backlog it never spins: a daemon that keeps up
+/// costs nothing extra.
+#[derive(Debug)]
+pub struct BusyPoll {
+    window: Duration,
+    /// A receive returning this many datagrams found the queue full.
+    full: usize,
+    /// Last time a datagram arrived.
+    last_arrival: Option<Instant>,
+    /// Last time a receive found the queue full.
+    last_backlog: Option<Instant>,
+}
+
+/// How long one full queue keeps the input in polling mode.
+pub const BACKLOG_HOLD: Duration = Duration::from_millis(10);
+
+impl BusyPoll {
+    /// `window`: longest spin on an empty queue (zero: never spin); `full`: how many
+    /// datagrams one receive returns when the queue was full.
+    pub fn new(window: Duration, full: usize) -> BusyPoll {
+        BusyPoll {
+            window,
+            full: full.max(1),
+            last_arrival: None,
+            last_backlog: None,
+        }
+    }
+
+    /// Records a receive that returned `n > 0` datagrams at `now`.
+    pub fn arrived(&mut self, n: usize, now: Instant) {
+        self.last_arrival = Some(now);
+        if n >= self.full {
+            self.last_backlog = Some(now);
+        }
+    }
+
+    /// Whether to poll again, at `now`, after a receive found the queue empty.
+    pub fn keep_polling(&self, now: Instant) -> bool {
+        let (Some(arrival), Some(backlog)) = (self.last_arrival, self.last_backlog) else {
+            return false;
+        };
+        now.saturating_duration_since(arrival) < self.window
+            && now.saturating_duration_since(backlog) < BACKLOG_HOLD
+    }
+}
+
+/// How many datagrams one receive returns when the socket's queue was full: the kernel's
+/// queue limit for UNIX datagram sockets (`net.unix.max_dgram_qlen`, read at start; 10
+/// when unreadable), at most [`RECV_BATCH`].
+fn full_queue_len() -> usize {
+    std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(10)
+        .clamp(1, RECV_BATCH)
 }
 
 /// What the start-up datagram check found (reference §1.8).
@@ -254,6 +346,49 @@ pub fn check_datagram_size(max_msg_size: usize) -> DatagramCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const W: Duration = Duration::from_micros(50);
+
+    #[test]
+    fn no_spin_without_a_backlog() {
+        let t = Instant::now();
+        let mut p = BusyPoll::new(W, 10);
+        assert!(!p.keep_polling(t), "nothing arrived yet");
+        for i in 0..1000 {
+            p.arrived(9, t + Duration::from_micros(i));
+        }
+        assert!(!p.keep_polling(t + Duration::from_micros(1000)));
+    }
+
+    #[test]
+    fn spins_within_the_window_after_a_full_queue() {
+        let t = Instant::now();
+        let mut p = BusyPoll::new(W, 10);
+        p.arrived(10, t);
+        assert!(p.keep_polling(t));
+        assert!(p.keep_polling(t + Duration::from_micros(49)));
+        assert!(!p.keep_polling(t + W), "window over");
+        // Small receives keep it spinning while the backlog is recent...
+        p.arrived(1, t + Duration::from_millis(5));
+        assert!(p.keep_polling(t + Duration::from_millis(5) + Duration::from_micros(10)));
+        // ...but not once the last full queue is older than BACKLOG_HOLD.
+        let late = t + BACKLOG_HOLD + Duration::from_micros(5);
+        p.arrived(1, late);
+        assert!(!p.keep_polling(late));
+    }
+
+    #[test]
+    fn zero_window_never_spins() {
+        let t = Instant::now();
+        let mut p = BusyPoll::new(Duration::ZERO, 10);
+        p.arrived(32, t);
+        assert!(!p.keep_polling(t));
+    }
+
+    #[test]
+    fn full_queue_len_is_within_one_receive() {
+        assert!((1..=RECV_BATCH).contains(&full_queue_len()));
+    }
 
     #[test]
     fn default_datagram_limit_passes_the_check() {
