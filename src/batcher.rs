@@ -33,7 +33,13 @@ pub struct OpenBatch {
     /// Σ(key + value + 26): the size Kafka will see, capped by `message_max_bytes`.
     kafka_bytes: usize,
     first_arrival: Option<Instant>,
+    /// Length of the last batch taken: the next one reserves that much at its first
+    /// message instead of growing by doubling (each growth copies the batch so far).
+    last_len: usize,
 }
+
+/// Most messages reserved ahead for a new batch.
+const RESERVE_MAX: usize = 16 * 1024;
 
 impl OpenBatch {
     pub fn is_empty(&self) -> bool {
@@ -53,10 +59,14 @@ impl OpenBatch {
         self.bytes = 0;
         self.kafka_bytes = 0;
         self.first_arrival = None;
+        self.last_len = self.msgs.len();
         std::mem::take(&mut self.msgs)
     }
 
     fn push(&mut self, m: Msg) {
+        if self.msgs.capacity() == 0 {
+            self.msgs.reserve_exact(self.last_len.clamp(1, RESERVE_MAX));
+        }
         self.bytes += m.batch_size() as u64;
         self.kafka_bytes += m.payload.len() + KAFKA_MSG_OVERHEAD;
         self.first_arrival = Some(self.first_arrival.map_or(m.arrival, |a| a.min(m.arrival)));

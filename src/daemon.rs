@@ -16,7 +16,8 @@ use crate::input::stream::StreamInput;
 use crate::input::{InputCtx, InputError};
 use crate::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::pipeline::{
-    Control, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP, STATUS_CHANNEL_CAP,
+    Control, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP, SPARE_BATCHES_CAP,
+    STATUS_CHANNEL_CAP,
 };
 use crate::pool::{Pool, PoolError};
 use crate::router::RouterChannels;
@@ -123,6 +124,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     let discard_log = start_discard_log(&cfg, metrics);
 
     let (to_router, from_inputs) = bounded(INPUT_CHANNEL_CAP);
+    let (spare_batches_tx, spare_batches) = bounded(SPARE_BATCHES_CAP);
     let (to_control, from_control) = bounded::<Control>(4);
     let (to_status_req, from_status) = bounded::<StatusRequest>(STATUS_CHANNEL_CAP);
     let (to_meta, from_router_meta) = bounded(META_CHANNEL_CAP);
@@ -156,6 +158,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         metrics,
         pool,
         to_router,
+        spare_batches,
         stop: stop.clone(),
         topic_cache: Default::default(),
         batch_clock: Default::default(),
@@ -210,6 +213,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                     metrics,
                     RouterChannels {
                         from_inputs,
+                        spare_batches: spare_batches_tx,
                         from_control,
                         from_status,
                         to_meta,

@@ -34,6 +34,8 @@ use crate::policy::{CodecName, Policies};
 
 /// Largest Produce response we accept (a response lists only partitions we sent).
 const MAX_RESPONSE_SIZE: usize = 16 << 20;
+/// While encoding a record, how many records ahead to prefetch payload bytes.
+const PREFETCH_AHEAD: usize = 8;
 /// Minimum interval between two log lines about the same broker's connection failures.
 const CONNECT_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -623,7 +625,10 @@ impl Sender_ {
                 let base_ts = p.msgs.first().map_or(0, |m| m.timestamp);
                 let compression = self.compression_for(p, version);
                 let mut rb = RecordBatchWriter::begin_with(buf, base_ts, compression, scratch);
-                for m in &p.msgs {
+                for (i, m) in p.msgs.iter().enumerate() {
+                    if let Some(ahead) = p.msgs.get(i + PREFETCH_AHEAD) {
+                        ahead.payload.prefetch();
+                    }
                     let k = m.key_len();
                     let v = m.value_len();
                     // An empty key goes out as a null key, as Dory does.

@@ -70,8 +70,9 @@ mod tests {
             f.write(s);
             f.finish() >> 57
         };
-        let tops: std::collections::HashSet<u64> =
-            (0..10).map(|i| top7(format!("dory-bench{i}").as_bytes())).collect();
+        let tops: std::collections::HashSet<u64> = (0..10)
+            .map(|i| top7(format!("dory-bench{i}").as_bytes()))
+            .collect();
         // Ten keys over 128 values: without the mix all ten were equal.
         assert!(tops.len() >= 7, "{tops:?}");
     }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! inputs ──Vec<Msg>──▶ router ──Batch──▶ dispatcher (one per broker)
-//!   ▲ pool leases        ▲  ▲                 │
+//!   ▲ pool leases   ◀─ emptied Vec<Msg> (reuse)
+//!   │                    ▲  ▲                 │
 //!   │                    │  └──Outcome────────┘  (retry / reroute; delivered and discarded
 //!   │                    │                         messages are counted where they end)
 //!   │                    └──MetaResponse── metadata fetcher ◀──MetaRequest── router
@@ -21,6 +22,9 @@ use crate::pool::Lease;
 pub const INPUT_BATCH_MAX: usize = 128;
 /// Capacity of the inputs → router channel, in input batches.
 pub const INPUT_CHANNEL_CAP: usize = 1024;
+/// Emptied input batches the router hands back for reuse: an input fills a buffer that is
+/// already in a CPU cache instead of fresh memory.
+pub const SPARE_BATCHES_CAP: usize = 64;
 /// Capacity of each router → dispatcher channel, in batches.
 pub const DISPATCH_CHANNEL_CAP: usize = 256;
 /// Capacity of the dispatchers → router outcome channel.

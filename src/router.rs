@@ -48,6 +48,8 @@ const DISPATCHER_JOIN_GRACE: Duration = Duration::from_secs(2);
 /// The router's channel ends.
 pub struct RouterChannels {
     pub from_inputs: Receiver<Vec<Msg>>,
+    /// Emptied input batches go back to the inputs for reuse.
+    pub spare_batches: Sender<Vec<Msg>>,
     pub from_control: Receiver<Control>,
     pub from_status: Receiver<StatusRequest>,
     pub to_meta: Sender<MetaRequest>,
@@ -319,11 +321,13 @@ impl Router {
         slot.view.as_ref()
     }
 
-    fn on_input(&mut self, msgs: Vec<Msg>) {
+    fn on_input(&mut self, mut msgs: Vec<Msg>) {
         let now = Instant::now();
-        for m in msgs {
+        for m in msgs.drain(..) {
             self.accept(m, now);
         }
+        // Full (inputs are not taking them): let it go.
+        let _ = self.ch.spare_batches.try_send(msgs);
     }
 
     /// Validates a new message and batches it (or holds it while its topic is looked up).

@@ -91,6 +91,11 @@ struct Opts {
     /// Datagrams per sendmmsg call.
     #[arg(long, default_value_t = 32)]
     per_call: usize,
+    /// Send at this many messages per second (one sendmmsg of --per-call every
+    /// per-call/rate seconds) instead of as fast as possible: shows the daemon's CPU cost
+    /// when it keeps up. The × ceiling ratio means nothing then.
+    #[arg(long)]
+    rate: Option<u64>,
     /// A run fails if nothing progresses for this many seconds.
     #[arg(long, default_value_t = 15)]
     stall_s: u64,
@@ -211,10 +216,11 @@ fn real_main(o: Opts) -> Result<(), String> {
         o.per_call,
         o.partitions,
         o.runs,
-        if o.label.is_empty() {
-            String::new()
-        } else {
-            format!(", label {:?}", o.label)
+        match (o.label.is_empty(), o.rate) {
+            (true, None) => String::new(),
+            (false, None) => format!(", label {:?}", o.label),
+            (true, Some(r)) => format!(", paced at {r} msgs/s"),
+            (false, Some(r)) => format!(", label {:?}, paced at {r} msgs/s", o.label),
         },
         if o.daemon_toml.is_some() || !o.daemon_args.is_empty() {
             format!(
@@ -231,7 +237,7 @@ fn real_main(o: Opts) -> Result<(), String> {
             "{}",
             json!({"kind": "config", "label": o.label, "messages": o.messages,
                    "value_size": o.value_size, "topics": o.topics, "partitions": o.partitions,
-                   "pool": o.pool, "per_call": o.per_call, "runs": o.runs, "env": env,
+                   "pool": o.pool, "per_call": o.per_call, "rate": o.rate, "runs": o.runs, "env": env,
                    "daemon_toml": o.daemon_toml, "daemon_args": o.daemon_args})
         );
     }
@@ -286,6 +292,7 @@ impl Ctx<'_> {
                 .map(|i| format!("dory-bench{i:0width$}").into_bytes())
                 .collect(),
             per_call: o.per_call,
+            rate: o.rate,
         };
         self.say(&format!(
             "\n== {topic_count} topic(s), {}-byte datagrams ==",
@@ -333,6 +340,20 @@ impl Ctx<'_> {
                         format!("  PROBLEMS: {}", r.problems.join("; "))
                     }
                 );
+                if let Some(threads) = r
+                    .extra
+                    .get("daemon_threads_cpu_s_per_million")
+                    .and_then(|v| v.as_object())
+                {
+                    let mut parts: Vec<(String, f64)> = threads
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                        .collect();
+                    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    let text: Vec<String> =
+                        parts.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+                    eprintln!("    dory CPU s/1M by thread: {}", text.join(", "));
+                }
                 if o.json {
                     let mut j = json!({"kind": "run", "label": o.label, "target": t.key(),
                         "run": run, "messages": o.messages, "topics": topic_count,
@@ -633,6 +654,7 @@ fn run_daemon(
     };
     let machine0 = CpuSnapshot::take(&pids);
     let cpu0 = daemon.cpu_s().map_err(|e| e.to_string())?;
+    let threads0 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
     let broker_cpu0 = match &broker {
         Broker::Tansu(t) => t.proc.cpu_s().ok(),
         Broker::Sink(_) => None,
@@ -769,6 +791,7 @@ fn run_daemon(
         std::thread::sleep(Duration::from_millis(10));
     };
     let cpu1 = daemon.cpu_s().map_err(|e| e.to_string())?;
+    let threads1 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
     let (other_cores, steal_cores) = machine0.others_since(&CpuSnapshot::take(&pids));
     let rss = daemon.peak_rss().ok();
     let broker_cpu1 = match &broker {
@@ -799,6 +822,16 @@ fn run_daemon(
     extra.insert("scrapes".into(), json!(scrapes));
     extra.insert("invariant_violations".into(), json!(violations_seen));
     extra.insert("daemon_cpu_s".into(), json!(cpu1 - cpu0));
+    // Per thread, CPU seconds per million messages.
+    let per_thread: BTreeMap<String, f64> = threads1
+        .iter()
+        .map(|(name, c1)| {
+            let c0 = threads0.get(name).copied().unwrap_or(0.0);
+            (name.clone(), (c1 - c0) / n as f64 * 1e6)
+        })
+        .filter(|(_, c)| *c > 0.0)
+        .collect();
+    extra.insert("daemon_threads_cpu_s_per_million".into(), json!(per_thread));
     extra.insert(
         "sender_secs".into(),
         json!((sent.end - sent.start).as_secs_f64()),

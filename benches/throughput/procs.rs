@@ -97,7 +97,33 @@ impl Drop for Proc {
 }
 
 pub fn proc_cpu_s(pid: u32) -> io::Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat_cpu_s(&fs::read_to_string(format!("/proc/{pid}/stat"))?)
+}
+
+/// CPU seconds (utime + stime) per thread name of a live process, threads of the same
+/// name (one per broker, say) added together. Threads that already exited are missing.
+pub fn threads_cpu_s(pid: u32) -> io::Result<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = entry?.path();
+        let (Ok(stat), Ok(comm)) = (
+            fs::read_to_string(path.join("stat")),
+            fs::read_to_string(path.join("comm")),
+        ) else {
+            continue; // exited meanwhile
+        };
+        // Per-broker threads differ only by the broker id: one line for all of them.
+        let name: String = comm
+            .trim()
+            .chars()
+            .map(|c| if c.is_ascii_digit() { 'N' } else { c })
+            .collect();
+        *out.entry(name).or_insert(0.0) += stat_cpu_s(&stat)?;
+    }
+    Ok(out)
+}
+
+fn stat_cpu_s(stat: &str) -> io::Result<f64> {
     // Fields after the parenthesised command name (which may contain spaces): state is
     // field 3, utime field 14, stime field 15.
     let rest = stat

@@ -1,7 +1,8 @@
 //! The load generator: Dory AnyPartition datagrams (client format, doc/protocol.md) sent with
 //! `sendmmsg`, `per_call` per system call, from an unbound UNIX datagram socket connected to
 //! the receiver's path. The socket is blocking, so a full receive queue
-//! (`net.unix.max_dgram_qlen`) blocks the sender: the receiver paces the load.
+//! (`net.unix.max_dgram_qlen`) blocks the sender: the receiver paces the load, unless a
+//! rate is set (`--rate`), to see what a daemon costs when it keeps up.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -17,6 +18,8 @@ pub struct Load {
     pub value_size: usize,
     pub topics: Vec<Vec<u8>>,
     pub per_call: usize,
+    /// Messages per second, if paced; `None`: as fast as the receiver takes them.
+    pub rate: Option<u64>,
 }
 
 impl Load {
@@ -102,6 +105,14 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
     let start = Instant::now();
     while seq < load.count {
         let batch = k.min((load.count - seq) as usize);
+        if let Some(rate) = load.rate {
+            // Paced: message `seq` is due at start + seq / rate.
+            let due = start + Duration::from_secs_f64(seq as f64 / rate.max(1) as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
         let ts = now_ms();
         for (j, buf) in bufs.iter_mut().enumerate().take(batch) {
             let i = seq + j as u64;

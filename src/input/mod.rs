@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::discard_log::{DiscardInfo, DiscardKind};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC};
 use crate::pipeline::{Msg, INPUT_BATCH_MAX};
@@ -70,6 +70,8 @@ pub struct InputCtx {
     pub metrics: &'static Metrics,
     pub pool: &'static Pool,
     pub to_router: Sender<Vec<Msg>>,
+    /// Emptied batches the router gave back, reused before allocating new ones.
+    pub spare_batches: Receiver<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
     /// Topic ids this thread has looked up, sparing the shared topic table's lock.
     pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, TopicId>>,
@@ -251,7 +253,11 @@ impl InputCtx {
             m.received(t, n);
             m.queue_add(t, QueueState::New, n as i64);
         }
-        let batch = std::mem::replace(out, Vec::with_capacity(INPUT_BATCH_MAX));
+        let fresh = self
+            .spare_batches
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(INPUT_BATCH_MAX));
+        let batch = std::mem::replace(out, fresh);
         if let Err(e) = self.to_router.send(batch) {
             // Only if the router died: count the loss rather than hide it.
             let msgs = e.into_inner();
