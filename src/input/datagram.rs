@@ -167,11 +167,12 @@ fn run(
     loop {
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
-                ctx.batch_clock.set(Some(Instant::now()));
+                let now = Instant::now();
+                ctx.batch_clock.set(Some(now));
                 for i in 0..n {
                     ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                 }
-                poller.arrived(n, Instant::now());
+                poller.arrived(n, now);
                 // While datagrams keep coming, keep taking them without sleeping, and
                 // hand them to the router in batches of up to INPUT_BATCH_MAX.
                 loop {
@@ -247,7 +248,9 @@ fn run(
 /// socket can carry. So while there is a backlog (a receive found the queue full in the
 /// last [`BACKLOG_HOLD`]), the input keeps polling for up to `window` after the last
 /// datagram before it sleeps. Without a backlog it never spins: a daemon that keeps up
-/// costs nothing extra.
+/// costs nothing extra. A spin that finds nothing for a whole window (senders pausing
+/// between bursts, or slow to wake) stops spinning for a cooldown that doubles while it
+/// keeps happening, so bursty senders cost at most one window per [`COOLDOWN_MAX`].
 #[derive(Debug)]
 pub struct BusyPoll {
     window: Duration,
@@ -257,10 +260,21 @@ pub struct BusyPoll {
     last_arrival: Option<Instant>,
     /// Last time a receive found the queue full.
     last_backlog: Option<Instant>,
+    /// After a spin that found nothing, no spinning until then.
+    cooldown_until: Option<Instant>,
+    /// The next cooldown: doubles with every spin that finds nothing, back to
+    /// [`COOLDOWN_MIN`] when one finds a datagram.
+    cooldown: Duration,
+    /// Polling an empty queue now (since the last datagram).
+    spinning: bool,
 }
 
 /// How long one full queue keeps the input in polling mode.
 pub const BACKLOG_HOLD: Duration = Duration::from_millis(10);
+/// No spinning for this long after a spin that found nothing...
+pub const COOLDOWN_MIN: Duration = Duration::from_micros(250);
+/// ...doubling, up to this, while spins keep finding nothing.
+pub const COOLDOWN_MAX: Duration = Duration::from_millis(20);
 
 impl BusyPoll {
     /// `window`: longest spin on an empty queue (zero: never spin); `full`: how many
@@ -271,24 +285,48 @@ impl BusyPoll {
             full: full.max(1),
             last_arrival: None,
             last_backlog: None,
+            cooldown_until: None,
+            cooldown: COOLDOWN_MIN,
+            spinning: false,
         }
     }
 
     /// Records a receive that returned `n > 0` datagrams at `now`.
     pub fn arrived(&mut self, n: usize, now: Instant) {
         self.last_arrival = Some(now);
+        if self.spinning {
+            self.spinning = false;
+            self.cooldown = COOLDOWN_MIN;
+        }
         if n >= self.full {
             self.last_backlog = Some(now);
         }
     }
 
     /// Whether to poll again, at `now`, after a receive found the queue empty.
-    pub fn keep_polling(&self, now: Instant) -> bool {
+    pub fn keep_polling(&mut self, now: Instant) -> bool {
         let (Some(arrival), Some(backlog)) = (self.last_arrival, self.last_backlog) else {
             return false;
         };
-        now.saturating_duration_since(arrival) < self.window
-            && now.saturating_duration_since(backlog) < BACKLOG_HOLD
+        if self.cooldown_until.is_some_and(|u| now < u)
+            || now.saturating_duration_since(backlog) >= BACKLOG_HOLD
+        {
+            return false;
+        }
+        if now.saturating_duration_since(arrival) < self.window {
+            self.spinning = true;
+            return true;
+        }
+        // A whole window without a datagram: the senders pause between bursts, or are
+        // slow to wake, rather than wait on us. Spinning then only burns CPU, so not
+        // again for a while, longer each time it happens in a row: while spins keep
+        // finding nothing, at most one window per COOLDOWN_MAX is wasted.
+        if self.spinning {
+            self.spinning = false;
+            self.cooldown_until = Some(now + self.cooldown);
+            self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
+        }
+        false
     }
 }
 
@@ -375,6 +413,45 @@ mod tests {
         let late = t + BACKLOG_HOLD + Duration::from_micros(5);
         p.arrived(1, late);
         assert!(!p.keep_polling(late));
+    }
+
+    #[test]
+    fn fruitless_spins_back_off_and_a_fruitful_one_resets() {
+        let us = Duration::from_micros;
+        let t0 = Instant::now();
+        let mut p = BusyPoll::new(W, 10);
+        // A sender that fills the queue, then pauses longer than the window, repeatedly.
+        let mut t = t0;
+        let mut cooldowns = Vec::new();
+        for _ in 0..8 {
+            p.arrived(10, t);
+            if p.keep_polling(t + us(1)) {
+                assert!(!p.keep_polling(t + W + us(1)), "window over");
+                let until = p
+                    .cooldown_until
+                    .expect("a fruitless spin starts a cooldown");
+                cooldowns.push(until - (t + W + us(1)));
+                assert!(
+                    !p.keep_polling(until - us(1)),
+                    "no spinning while cooling down"
+                );
+                t = until;
+            } else {
+                t += us(100);
+            }
+        }
+        assert_eq!(cooldowns[0], COOLDOWN_MIN);
+        assert!(cooldowns
+            .windows(2)
+            .all(|w| w[1] == (w[0] * 2).min(COOLDOWN_MAX)));
+        assert_eq!(*cooldowns.last().unwrap(), COOLDOWN_MAX);
+        // A spin that finds a datagram brings the next cooldown back to the minimum.
+        p.arrived(10, t);
+        assert!(p.keep_polling(t + us(1)));
+        p.arrived(1, t + us(2));
+        assert!(p.keep_polling(t + us(3)));
+        assert!(!p.keep_polling(t + us(2) + W));
+        assert_eq!(p.cooldown_until, Some(t + us(2) + W + COOLDOWN_MIN));
     }
 
     #[test]
