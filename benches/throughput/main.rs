@@ -96,6 +96,10 @@ struct Opts {
     /// when it keeps up. The × ceiling ratio means nothing then.
     #[arg(long)]
     rate: Option<u64>,
+    /// Log-like text values (words from a small vocabulary, 256 variants per topic)
+    /// instead of one repeated letter, so compression does realistic work.
+    #[arg(long)]
+    text_values: bool,
     /// A run fails if nothing progresses for this many seconds.
     #[arg(long, default_value_t = 15)]
     stall_s: u64,
@@ -237,7 +241,7 @@ fn real_main(o: Opts) -> Result<(), String> {
             "{}",
             json!({"kind": "config", "label": o.label, "messages": o.messages,
                    "value_size": o.value_size, "topics": o.topics, "partitions": o.partitions,
-                   "pool": o.pool, "per_call": o.per_call, "rate": o.rate, "runs": o.runs, "env": env,
+                   "pool": o.pool, "per_call": o.per_call, "rate": o.rate, "text_values": o.text_values, "runs": o.runs, "env": env,
                    "daemon_toml": o.daemon_toml, "daemon_args": o.daemon_args})
         );
     }
@@ -293,6 +297,7 @@ impl Ctx<'_> {
                 .collect(),
             per_call: o.per_call,
             rate: o.rate,
+            text_values: o.text_values,
         };
         self.say(&format!(
             "\n== {topic_count} topic(s), {}-byte datagrams ==",
@@ -353,6 +358,19 @@ impl Ctx<'_> {
                     let text: Vec<String> =
                         parts.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
                     eprintln!("    dory CPU s/1M by thread: {}", text.join(", "));
+                }
+                let count = |k: &str| r.extra.get(k).and_then(|v| v.as_u64());
+                if let (Some(b), Some(c), Some(q), Some(bytes)) = (
+                    count("sink_batches"),
+                    count("sink_compressed_batches"),
+                    count("sink_requests"),
+                    count("sink_record_bytes"),
+                ) {
+                    eprintln!(
+                        "    sink: {b} record batches ({c} compressed), {:.1} MiB of records, \
+                         in {q} Produce requests",
+                        bytes as f64 / 1048576.0
+                    );
                 }
                 if o.json {
                     let mut j = json!({"kind": "run", "label": o.label, "target": t.key(),
@@ -846,6 +864,11 @@ fn run_daemon(
         let rec = s.records();
         extra.insert("sink_records".into(), json!(rec));
         extra.insert("sink_batches".into(), json!(c.batches.load(Relaxed)));
+        extra.insert(
+            "sink_compressed_batches".into(),
+            json!(c.compressed_batches.load(Relaxed)),
+        );
+        extra.insert("sink_record_bytes".into(), json!(c.bytes.load(Relaxed)));
         extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
         extra.insert("sink_rejected".into(), json!(c.rejected.load(Relaxed)));
         if let Some(a) = &final_acc {

@@ -20,6 +20,50 @@ pub struct Load {
     pub per_call: usize,
     /// Messages per second, if paced; `None`: as fast as the receiver takes them.
     pub rate: Option<u64>,
+    /// Value bytes: `false` the letter `v` repeated (compresses extremely well), `true`
+    /// log-like text, words drawn from a small vocabulary (compresses about as well as
+    /// real log lines).
+    pub text_values: bool,
+}
+
+/// Distinct values per topic with `text_values`.
+const TEXT_VARIANTS: usize = 256;
+
+/// Overwrites `value` with space-separated words from a fixed vocabulary, chosen by a
+/// small PRNG seeded with `seed`.
+fn fill_text(value: &mut [u8], seed: u64) {
+    const WORDS: [&[u8]; 16] = [
+        b"GET",
+        b"POST",
+        b"/api/v1/orders",
+        b"/health",
+        b"200",
+        b"404",
+        b"user=",
+        b"latency_ms=",
+        b"region=eu-west-1",
+        b"host=web-17",
+        b"trace=",
+        b"ok",
+        b"retry",
+        b"cache=miss",
+        b"bytes=5120",
+        b"level=info",
+    ];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(value.len() + 32);
+    while out.len() < value.len() {
+        // xorshift64
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x % WORDS.len() as u64) as usize]);
+        if x & 0x30 == 0 {
+            out.extend_from_slice((x % 100_000).to_string().as_bytes());
+        }
+        out.push(b' ');
+    }
+    value.copy_from_slice(&out[..value.len()]);
 }
 
 impl Load {
@@ -86,10 +130,19 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
     sock.set_write_timeout(Some(stall))?;
     let fd = sock.as_raw_fd();
 
-    let templates: Vec<Vec<u8>> = load
-        .topics
-        .iter()
-        .map(|t| encode_template(t, load.value_size))
+    // Message i uses template i mod len: topic i mod topics, so every topic gets every
+    // variant in turn.
+    let variants = if load.text_values { TEXT_VARIANTS } else { 1 };
+    let templates: Vec<Vec<u8>> = (0..variants * load.topics.len())
+        .map(|j| {
+            let topic = &load.topics[j % load.topics.len()];
+            let mut t = encode_template(topic, load.value_size);
+            if load.text_values {
+                let value_at = t.len() - load.value_size;
+                fill_text(&mut t[value_at..], j as u64);
+            }
+            t
+        })
         .collect();
     let size = load.datagram_size();
     let topic_len = load.topics[0].len();

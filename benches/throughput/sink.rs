@@ -36,6 +36,8 @@ const MAX_FRAME: usize = 256 << 20;
 pub struct Counters {
     pub records: AtomicU64,
     pub batches: AtomicU64,
+    /// Record batches whose attributes name a compression codec.
+    pub compressed_batches: AtomicU64,
     pub requests: AtomicU64,
     pub bytes: AtomicU64,
     /// Partitions answered CORRUPT_MESSAGE (bad magic, length or CRC).
@@ -355,6 +357,7 @@ fn produce(r: &mut Rd<'_>, w: &mut Wr<'_>, version: i16, sh: &Shared) -> io::Res
     let mut results: Vec<(&[u8], Vec<PartitionResult>)> = Vec::with_capacity(topic_count);
     let mut records_total = 0u64;
     let mut batches_total = 0u64;
+    let mut compressed_total = 0u64;
     let mut bytes_total = 0u64;
     let mut rejected = 0u64;
     {
@@ -368,7 +371,8 @@ fn produce(r: &mut Rd<'_>, w: &mut Wr<'_>, version: i16, sh: &Shared) -> io::Res
                 let records = r.nullable_bytes()?.unwrap_or(&[]);
                 bytes_total += records.len() as u64;
                 match count_records(records, sh.verify_crc) {
-                    Ok((n, b)) => {
+                    Ok((n, b, compressed)) => {
+                        compressed_total += compressed;
                         let next = offsets.entry((topic.to_vec(), partition)).or_insert(0);
                         let base = *next;
                         *next += n as i64;
@@ -388,6 +392,8 @@ fn produce(r: &mut Rd<'_>, w: &mut Wr<'_>, version: i16, sh: &Shared) -> io::Res
     c.requests.fetch_add(1, Ordering::Relaxed);
     c.bytes.fetch_add(bytes_total, Ordering::Relaxed);
     c.batches.fetch_add(batches_total, Ordering::Relaxed);
+    c.compressed_batches
+        .fetch_add(compressed_total, Ordering::Relaxed);
     c.rejected.fetch_add(rejected, Ordering::Relaxed);
     if records_total > 0 {
         let ns = sh.epoch.elapsed().as_nanos() as u64;
@@ -424,14 +430,16 @@ const BATCH_LENGTH: usize = 8;
 const MAGIC: usize = 16;
 const CRC: usize = 17;
 const CRC_START: usize = 21;
+const ATTRIBUTES: usize = 21;
 const RECORD_COUNT: usize = 57;
 const HEADER_LEN: usize = 61;
 
-/// Counts the records of every batch in `records`: (records, batches).
-fn count_records(records: &[u8], verify_crc: bool) -> Result<(u64, u64), String> {
+/// Counts the records of every batch in `records`: (records, batches, compressed batches).
+fn count_records(records: &[u8], verify_crc: bool) -> Result<(u64, u64, u64), String> {
     let mut pos = 0;
     let mut n = 0u64;
     let mut batches = 0u64;
+    let mut compressed = 0u64;
     while pos < records.len() {
         let b = &records[pos..];
         if b.len() < HEADER_LEN {
@@ -456,9 +464,11 @@ fn count_records(records: &[u8], verify_crc: bool) -> Result<(u64, u64), String>
         let count = i32::from_be_bytes(b[RECORD_COUNT..RECORD_COUNT + 4].try_into().unwrap());
         n += u64::try_from(count).map_err(|_| "negative record count")?;
         batches += 1;
+        // The low 3 bits of the attributes: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+        compressed += u64::from(b[ATTRIBUTES + 1] & 0x07 != 0);
         pos += total;
     }
-    Ok((n, batches))
+    Ok((n, batches, compressed))
 }
 
 // ----- tiny codec -----
