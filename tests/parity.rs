@@ -8,7 +8,8 @@
 //!   batch's codec bits are checked against the policy, including a ~640 KiB batch of random
 //!   bytes that does not compress below `size_threshold_percent` and must go out
 //!   uncompressed; `MsgSetCompressionYes|No` and `MsgSetNotCompressible` must equal the
-//!   counts of stored batches of each kind.
+//!   counts of stored batches of each kind. A broker limited to Produce v6 gets a zstd
+//!   topic's batches uncompressed, counted as `MsgSetZstdUnsupportedByBroker`.
 //! * Batching: message, byte and time limits, `disable` and combined-topics batching, seen
 //!   in `SendProduceRequestOk` (one per Produce request) with `produce_request_data_limit`
 //!   set so every batch needs a request of its own, and in what is held back.
@@ -805,6 +806,66 @@ fn every_codec_round_trips_through_tansu() {
         tansu.create_topic(topic, CODEC_PARTITIONS);
     }
     codec_scenario(&[tansu.bootstrap()], &tansu.bootstrap(), true);
+}
+
+/// A broker that speaks Produce only up to v6 cannot read zstd (v7+): dory sends such a
+/// topic's batches uncompressed, counts `MsgSetZstdUnsupportedByBroker`, and loses nothing.
+#[test]
+fn zstd_falls_back_to_uncompressed_below_produce_v7() {
+    const TOPIC: &str = "zstd_old_broker";
+    const COUNT: u32 = 60;
+    let mock = Mock::start(1);
+    mock.create_topic(TOPIC, 2);
+    mock.cluster()
+        .apiversion(rdkafka::types::RDKafkaApiKey::Produce, Some(3), Some(6))
+        .expect("limit the mock's Produce versions");
+    let mut dory = start_dory(
+        &mock.broker_addrs(),
+        &format!("[batching]\ntime_ms = 100\n[compression.topics]\n{TOPIC} = \"zstd\"\n"),
+    );
+    let msgs: Vec<TestMsg> = (0..COUNT)
+        .map(|id| test_msg(id, TOPIC, Route::AnyPartition, b"", text_value(id, 600)))
+        .collect();
+    send_stream(&dory, &msgs);
+    let m = settle(&mut dory, &[(TOPIC, u64::from(COUNT))]);
+    assert_eq!(
+        m.delivered(TOPIC),
+        u64::from(COUNT),
+        "every message delivered"
+    );
+    let c = counters_of(&dory);
+    assert!(
+        c["MsgSetZstdUnsupportedByBroker"] >= 1,
+        "the fallback is counted: {c:?}"
+    );
+    assert_eq!(
+        c["MsgSetCompressionYes"], 0,
+        "nothing went out compressed: {c:?}"
+    );
+    let logs = dory.logs();
+    assert!(
+        logs.contains("speaks Produce v6"),
+        "dory logged the fallback with the version it used:\n{logs}"
+    );
+    let stored = fetch_topic(&mock.bootstrap(), TOPIC);
+    assert!(!stored.is_empty(), "the broker stored batches");
+    for b in &stored {
+        assert_eq!(
+            b.codec, 0,
+            "batch at {}/{} is uncompressed",
+            b.partition, b.base_offset
+        );
+    }
+    let mut values: Vec<Vec<u8>> =
+        consume_all(&mock.bootstrap(), TOPIC, COUNT as usize, CONSUME_TIMEOUT)
+            .into_iter()
+            .map(|r| r.value.expect("a value"))
+            .collect();
+    values.sort();
+    let mut want: Vec<Vec<u8>> = msgs.into_iter().map(|t| t.value).collect();
+    want.sort();
+    assert_eq!(values, want, "the consumer read back exactly what was sent");
+    dory.assert_invariant();
 }
 
 /// The consumer the suite trusts must read every codec dory writes. If this fails for
