@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use crate::discard_log::{DiscardInfo, DiscardKind};
-use crate::metrics::{DiscardReason, Metrics};
+use crate::metrics::{Counter, DiscardReason, Metrics};
 use crate::pipeline::Msg;
 
 /// The discard log's `info:` for a reason.
@@ -46,11 +46,14 @@ fn log_msgs(metrics: &Metrics, msgs: &[Msg], kind: DiscardKind) {
     }
 }
 
-/// Discards `msgs` (any topics) for `reason`: counted, logged, dropped.
+/// Discards `msgs` (any topics) for `reason`: counted, logged, dropped. These messages
+/// were created (counted in `MsgCreate` when an input handed them on), so they also count
+/// in `MsgDestroy`; discards at input, before a message exists, do not.
 pub fn discard(metrics: &Metrics, msgs: Vec<Msg>, reason: DiscardReason) {
     if msgs.is_empty() {
         return;
     }
+    metrics.add(Counter::MsgDestroy, msgs.len() as u64);
     log_msgs(metrics, &msgs, DiscardKind::Discard(info(reason)));
     let mut i = 0;
     while i < msgs.len() {

@@ -795,6 +795,7 @@ impl Receiver_ {
             if code == 0 {
                 debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
                 self.metrics.delivered(p.topic, n);
+                self.metrics.add(Counter::MsgDestroy, n);
                 crate::pipeline::free_msgs(p.msgs);
                 continue;
             }

@@ -262,16 +262,10 @@ impl InputCtx {
             // Only if the router died: count the loss rather than hide it.
             let msgs = e.into_inner();
             log::error!("router is gone; discarding {} message(s)", msgs.len());
-            for msg in msgs {
+            for msg in &msgs {
                 self.metrics.queue_add(msg.topic, QueueState::New, -1);
-                self.metrics.discarded(
-                    msg.topic,
-                    DiscardReason::Shutdown,
-                    1,
-                    msg.timestamp,
-                    msg.timestamp,
-                );
             }
+            crate::discards::discard(self.metrics, msgs, DiscardReason::Shutdown);
         }
     }
 }

@@ -857,8 +857,24 @@ impl Dory {
         })
     }
 
-    /// Polls until every topic's in_flight is 0.
+    /// Polls until every topic's in_flight is 0, then until Dory's counters agree that
+    /// nothing is held: `MsgCreate` = `MsgDestroy` (every message that entered the
+    /// pipeline ended delivered or discarded).
     pub fn wait_drained(&mut self, timeout: Duration) -> Metrics {
+        let m = self.wait_in_flight_zero(timeout);
+        poll_until("MsgDestroy to reach MsgCreate", timeout, || {
+            let c = self.counters()?;
+            let (created, destroyed) = (c["MsgCreate"], c["MsgDestroy"]);
+            if created == destroyed {
+                Ok(())
+            } else {
+                Err(format!("MsgCreate {created}, MsgDestroy {destroyed}"))
+            }
+        });
+        m
+    }
+
+    fn wait_in_flight_zero(&mut self, timeout: Duration) -> Metrics {
         self.wait_metrics("in_flight to drain to 0", timeout, |m| {
             let busy: Vec<String> = m
                 .in_flight
