@@ -1,0 +1,115 @@
+//! Cluster changes under a running daemon: a topic deleted while dory still has it in its
+//! metadata, on the librdkafka mock cluster. The mock cannot delete topics, so deletion is
+//! what a client sees of it: Metadata answers UNKNOWN_TOPIC_OR_PARTITION for the topic and
+//! Produce requests fail with the same error. (Tansu is no help here: it keeps accepting
+//! Produce requests for a topic it has deleted.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn msgs(topic: &str, ids: std::ops::Range<u32>) -> Vec<TestMsg> {
+    ids.map(|id| TestMsg {
+        id,
+        input: Input::Stream,
+        route: Route::AnyPartition,
+        topic: topic.to_string(),
+        ts: now_ms(),
+        key: Vec::new(),
+        value: format!("<{id:08}> value of {topic}").into_bytes(),
+    })
+    .collect()
+}
+
+fn send(dory: &Dory, msgs: &[TestMsg]) {
+    let bytes: Vec<u8> = msgs.iter().flat_map(TestMsg::encode).collect();
+    let mut s = StreamSender::connect(dory.stream_path());
+    s.send(&bytes);
+    s.finish();
+}
+
+/// Waits until every `(topic, n)` has `n` messages received and all of them settled.
+fn settle(dory: &mut Dory, want: &[(&str, u64)]) -> Metrics {
+    dory.wait_metrics("messages received", WAIT, |m| {
+        let short: Vec<String> = want
+            .iter()
+            .filter(|(t, n)| m.received(t) != *n)
+            .map(|(t, n)| format!("received[{t}] = {} of {n}", m.received(t)))
+            .collect();
+        if short.is_empty() {
+            Ok(())
+        } else {
+            Err(short.join("; "))
+        }
+    });
+    dory.wait_drained(WAIT)
+}
+
+#[test]
+fn topic_deleted_under_dory_is_discarded_as_bad_topic_and_others_flow_on() {
+    let mock = Mock::start(1);
+    mock.create_topic("doomed", 2);
+    mock.create_topic("kept", 2);
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.batch_time_ms = None;
+    // A config file: topic auto-creation is off, so a vanished topic is not recreated.
+    args.config_toml = Some("[batching]\ntime_ms = 50\n".into());
+    let mut dory = Dory::start(args);
+    dory.wait_ready();
+
+    let first = [msgs("doomed", 0..100), msgs("kept", 0..100)];
+    send(&dory, &first[0]);
+    send(&dory, &first[1]);
+    let m = settle(&mut dory, &[("doomed", 100), ("kept", 100)]);
+    assert_eq!((m.delivered("doomed"), m.delivered("kept")), (100, 100));
+
+    // "Delete" doomed, then send to it: the batch's Produce fails, the metadata refresh
+    // shows the topic gone, and the rerouted messages are discarded as bad_topic.
+    let unknown = RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    mock.cluster()
+        .topic_error("doomed", unknown)
+        .expect("set the topic's metadata error");
+    mock.cluster()
+        .request_errors(RDKafkaApiKey::Produce, &[unknown; 50]);
+    send(&dory, &msgs("doomed", 100..150));
+    let m = settle(&mut dory, &[("doomed", 150), ("kept", 100)]);
+    assert_eq!(
+        m.delivered("doomed"),
+        100,
+        "nothing more delivered to doomed"
+    );
+    assert_eq!(
+        m.discards_of("doomed"),
+        [("bad_topic".to_string(), 50)].into_iter().collect(),
+        "every message sent after the deletion is discarded as bad_topic"
+    );
+
+    // Other topics flow on.
+    mock.cluster().clear_request_errors(RDKafkaApiKey::Produce);
+    let second = msgs("kept", 100..150);
+    send(&dory, &second);
+    let m = settle(&mut dory, &[("doomed", 150), ("kept", 150)]);
+    assert_eq!(m.delivered("kept"), 150);
+    dory.assert_invariant();
+
+    // What the broker holds of kept is exactly what was sent, read back with CRC checks.
+    let mut got: Vec<Vec<u8>> = consume_all(&mock.bootstrap(), "kept", 150, WAIT)
+        .into_iter()
+        .map(|r| r.value.expect("a value"))
+        .collect();
+    got.sort();
+    let mut want: Vec<Vec<u8>> = first[1]
+        .iter()
+        .chain(&second)
+        .map(|m| m.value.clone())
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    let status = dory.terminate(WAIT);
+    assert!(status.success(), "dory exits 0 on SIGTERM: {status}");
+}
