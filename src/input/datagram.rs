@@ -173,11 +173,14 @@ fn run(
                     ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                 }
                 poller.arrived(n, now);
+                // Messages wait in `out` at most MAX_HOLD while the input polls.
+                let mut held_since = (!out.is_empty()).then_some(now);
                 // While datagrams keep coming, keep taking them without sleeping, and
                 // hand them to the router in batches of up to INPUT_BATCH_MAX.
                 loop {
                     if out.len() + RECV_BATCH > INPUT_BATCH_MAX {
                         ctx.flush(&mut out);
+                        held_since = None;
                         if ctx.stopping() {
                             break;
                         }
@@ -190,9 +193,17 @@ fn run(
                                 ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
                             }
                             poller.arrived(n, now);
+                            if held_since.is_none() && !out.is_empty() {
+                                held_since = Some(now);
+                            }
                         }
                         _ => {
-                            if !poller.keep_polling(Instant::now()) {
+                            let now = Instant::now();
+                            if held_since.is_some_and(|h| now.duration_since(h) >= MAX_HOLD) {
+                                ctx.flush(&mut out);
+                                held_since = None;
+                            }
+                            if !poller.keep_polling(now) {
                                 break;
                             }
                             std::hint::spin_loop();
@@ -238,6 +249,10 @@ fn run(
     }
     ctx.flush(&mut out);
 }
+
+/// Longest time accepted messages wait in the input while it keeps polling (a slow
+/// trickle can keep it polling for up to [`BACKLOG_HOLD`] before a batch fills).
+const MAX_HOLD: Duration = Duration::from_millis(1);
 
 /// Decides whether the input keeps polling an empty socket rather than sleep.
 ///
