@@ -1,8 +1,11 @@
-//! Cluster changes under a running daemon: a topic deleted while dory still has it in its
-//! metadata, on the librdkafka mock cluster. The mock cannot delete topics, so deletion is
-//! what a client sees of it: Metadata answers UNKNOWN_TOPIC_OR_PARTITION for the topic and
-//! Produce requests fail with the same error. (Tansu is no help here: it keeps accepting
-//! Produce requests for a topic it has deleted.)
+//! Topics that go away or never come, on the librdkafka mock cluster:
+//! * a topic deleted while dory still has it in its metadata. The mock cannot delete
+//!   topics, so deletion is what a client sees of it: Metadata answers
+//!   UNKNOWN_TOPIC_OR_PARTITION for the topic and Produce requests fail with the same
+//!   error. (Tansu is no help here: it keeps accepting Produce requests for a topic it has
+//!   deleted.)
+//! * a topic the broker will not create although dory asks (auto-creation on): its
+//!   messages are held for `unknown_topic_wait_ms`, then discarded as `autocreate_failed`.
 
 mod common;
 
@@ -110,6 +113,49 @@ fn topic_deleted_under_dory_is_discarded_as_bad_topic_and_others_flow_on() {
         .collect();
     want.sort();
     assert_eq!(got, want);
+    let status = dory.terminate(WAIT);
+    assert!(status.success(), "dory exits 0 on SIGTERM: {status}");
+}
+
+#[test]
+fn topic_the_broker_will_not_create_is_discarded_as_autocreate_failed() {
+    let mock = Mock::start(1);
+    mock.create_topic("kept", 2);
+    // Metadata answers the topic with an error, however often dory asks to create it.
+    mock.cluster()
+        .topic_error(
+            "refused",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        )
+        .expect("set the topic's metadata error");
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.batch_time_ms = None;
+    args.config_toml = Some(
+        "[batching]\ntime_ms = 50\n\
+         [delivery]\ntopic_autocreate = true\nunknown_topic_wait_ms = 1500\n"
+            .into(),
+    );
+    let mut dory = Dory::start(args);
+    dory.wait_ready();
+
+    let kept = msgs("kept", 0..40);
+    send(&dory, &msgs("refused", 0..40));
+    send(&dory, &kept);
+    let m = settle(&mut dory, &[("refused", 40), ("kept", 40)]);
+    assert_eq!(
+        m.discards_of("refused"),
+        [("autocreate_failed".to_string(), 40)]
+            .into_iter()
+            .collect(),
+        "every message for the topic that never appeared"
+    );
+    assert_eq!(m.delivered("refused"), 0);
+    assert_eq!(m.delivered("kept"), 40, "other topics are not held up");
+    let logs = dory.logs();
+    assert!(
+        logs.contains("unknown topic [refused] (autocreate_failed)"),
+        "the discard is logged:\n{logs}"
+    );
     let status = dory.terminate(WAIT);
     assert!(status.success(), "dory exits 0 on SIGTERM: {status}");
 }
