@@ -265,7 +265,10 @@ const MAX_HOLD: Duration = Duration::from_millis(1);
 /// datagram before it sleeps. Without a backlog it never spins: a daemon that keeps up
 /// costs nothing extra. A spin that finds nothing for a whole window (senders pausing
 /// between bursts, or slow to wake) stops spinning for a cooldown that doubles while it
-/// keeps happening, so bursty senders cost at most one window per [`COOLDOWN_MAX`].
+/// keeps happening, so bursty senders cost at most one window per [`COOLDOWN_MAX`]. The
+/// cooldown goes back to [`COOLDOWN_MIN`] only while nearly every spin finds a datagram
+/// ([`GOOD_SPIN_RATE`]): a sender that keeps the input busy, not one that half the time
+/// leaves it spinning in vain while sleeping would keep up too.
 #[derive(Debug)]
 pub struct BusyPoll {
     window: Duration,
@@ -278,8 +281,10 @@ pub struct BusyPoll {
     /// After a spin that found nothing, no spinning until then.
     cooldown_until: Option<Instant>,
     /// The next cooldown: doubles with every spin that finds nothing, back to
-    /// [`COOLDOWN_MIN`] when one finds a datagram.
+    /// [`COOLDOWN_MIN`] when one finds a datagram while spins mostly do.
     cooldown: Duration,
+    /// Moving average of spin outcomes: 1 found a datagram, 0 found nothing.
+    good_spins: f32,
     /// Polling an empty queue now (since the last datagram).
     spinning: bool,
 }
@@ -290,6 +295,10 @@ pub const BACKLOG_HOLD: Duration = Duration::from_millis(10);
 pub const COOLDOWN_MIN: Duration = Duration::from_micros(250);
 /// ...doubling, up to this, while spins keep finding nothing.
 pub const COOLDOWN_MAX: Duration = Duration::from_millis(20);
+/// Share of spins that must find a datagram for the cooldown to shrink back.
+pub const GOOD_SPIN_RATE: f32 = 0.9;
+/// Weight of the newest spin in [`BusyPoll::good_spins`].
+const SPIN_WEIGHT: f32 = 1.0 / 16.0;
 
 impl BusyPoll {
     /// `window`: longest spin on an empty queue (zero: never spin); `full`: how many
@@ -302,6 +311,7 @@ impl BusyPoll {
             last_backlog: None,
             cooldown_until: None,
             cooldown: COOLDOWN_MIN,
+            good_spins: 1.0,
             spinning: false,
         }
     }
@@ -311,7 +321,10 @@ impl BusyPoll {
         self.last_arrival = Some(now);
         if self.spinning {
             self.spinning = false;
-            self.cooldown = COOLDOWN_MIN;
+            self.good_spins += (1.0 - self.good_spins) * SPIN_WEIGHT;
+            if self.good_spins >= GOOD_SPIN_RATE {
+                self.cooldown = COOLDOWN_MIN;
+            }
         }
         if n >= self.full {
             self.last_backlog = Some(now);
@@ -338,6 +351,7 @@ impl BusyPoll {
         // finding nothing, at most one window per COOLDOWN_MAX is wasted.
         if self.spinning {
             self.spinning = false;
+            self.good_spins -= self.good_spins * SPIN_WEIGHT;
             self.cooldown_until = Some(now + self.cooldown);
             self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
         }
@@ -460,13 +474,27 @@ mod tests {
             .windows(2)
             .all(|w| w[1] == (w[0] * 2).min(COOLDOWN_MAX)));
         assert_eq!(*cooldowns.last().unwrap(), COOLDOWN_MAX);
-        // A spin that finds a datagram brings the next cooldown back to the minimum.
-        p.arrived(10, t);
-        assert!(p.keep_polling(t + us(1)));
-        p.arrived(1, t + us(2));
+        // After eight spins in vain, one that finds a datagram is not enough...
+        let fruitful_spin = |p: &mut BusyPoll, t: Instant| {
+            p.arrived(10, t);
+            assert!(p.keep_polling(t + us(1)));
+            p.arrived(1, t + us(2));
+        };
+        fruitful_spin(&mut p, t);
         assert!(p.keep_polling(t + us(3)));
         assert!(!p.keep_polling(t + us(2) + W));
-        assert_eq!(p.cooldown_until, Some(t + us(2) + W + COOLDOWN_MIN));
+        assert_eq!(p.cooldown_until, Some(t + us(2) + W + COOLDOWN_MAX));
+        // ...but a run of them, a sender that keeps the input busy, is.
+        let mut t = t + us(2) + W + COOLDOWN_MAX;
+        for _ in 0..40 {
+            fruitful_spin(&mut p, t);
+            t += us(10);
+        }
+        assert!(p.good_spins >= GOOD_SPIN_RATE, "{}", p.good_spins);
+        let last = t - us(8);
+        assert!(p.keep_polling(last + us(1)));
+        assert!(!p.keep_polling(last + W));
+        assert_eq!(p.cooldown_until, Some(last + W + COOLDOWN_MIN));
     }
 
     #[test]
