@@ -143,6 +143,7 @@ pub struct RawInput {
     pub max_stream_msg_size: Option<ByteSize>,
     pub msg_buffer_max: Option<ByteSize>,
     pub busy_poll_us: Option<u64>,
+    pub max_topics: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -267,6 +268,8 @@ pub struct InputConfig {
     pub max_stream_msg_size: usize,
     /// Longest spin of the datagram input on an empty queue while senders are ahead of it.
     pub busy_poll: Duration,
+    /// Distinct topic names tracked (counters, batching); more are discarded as bad_topic.
+    pub max_topics: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -337,6 +340,9 @@ const MAX_DATAGRAM_LIMIT: u64 = 16 << 20;
 const DEFAULT_BUSY_POLL_US: u64 = 50;
 /// Spinning longer than this between datagrams would only burn CPU.
 const MAX_BUSY_POLL_US: u64 = 10_000;
+/// `input.max_topics` default and bound.
+const DEFAULT_MAX_TOPICS: u64 = 10_000;
+const MAX_MAX_TOPICS: u64 = 1_000_000;
 
 fn parse_mode(key: &'static str, s: &str) -> Result<u32, ConfigError> {
     let t = s.trim();
@@ -480,6 +486,13 @@ impl Config {
                 format!("must be between 0 (never spin) and {MAX_BUSY_POLL_US} microseconds"),
             ));
         }
+        let max_topics = input.max_topics.unwrap_or(DEFAULT_MAX_TOPICS);
+        if !(1..=MAX_MAX_TOPICS).contains(&max_topics) {
+            return Err(invalid(
+                "input.max_topics",
+                format!("must be between 1 and {MAX_MAX_TOPICS}"),
+            ));
+        }
         let max_stream = input.max_stream_msg_size.map_or(2 << 20, |b| b.0);
         if !(8..=(i32::MAX as u64)).contains(&max_stream) {
             return Err(invalid(
@@ -614,6 +627,7 @@ impl Config {
                 max_datagram_msg_size: to_usize("input.max_datagram_msg_size", max_datagram)?,
                 max_stream_msg_size: to_usize("input.max_stream_msg_size", max_stream)?,
                 busy_poll: Duration::from_micros(busy_poll_us),
+                max_topics: to_usize("input.max_topics", max_topics)?,
             },
             kafka: KafkaConfig {
                 brokers,
@@ -826,6 +840,25 @@ mod tests {
         assert_eq!(c.input.busy_poll, Duration::ZERO);
         let e = Config::from_parts(raw(10_001), false, &flags()).unwrap_err();
         assert!(e.to_string().contains("input.busy_poll_us"), "{e}");
+    }
+
+    #[test]
+    fn max_topics_defaults_and_bounds() {
+        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
+        assert_eq!(c.input.max_topics, 10_000);
+        let raw = |n| RawConfig {
+            input: RawInput {
+                max_topics: Some(n),
+                ..RawInput::default()
+            },
+            ..RawConfig::default()
+        };
+        let c = Config::from_parts(raw(50_000), false, &flags()).expect("valid");
+        assert_eq!(c.input.max_topics, 50_000);
+        for bad in [0, 1_000_001] {
+            let e = Config::from_parts(raw(bad), false, &flags()).unwrap_err();
+            assert!(e.to_string().contains("input.max_topics"), "{e}");
+        }
     }
 
     #[test]

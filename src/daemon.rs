@@ -114,7 +114,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new(MetricsConfig {
         discard_report_interval: cfg.status.discard_report_interval,
         bad_msg_prefix_size: cfg.status.bad_msg_prefix_size,
-        max_topics: 10_000,
+        max_topics: cfg.input.max_topics,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })));
     metrics.attach_pool(pool);

@@ -6,7 +6,7 @@
 //! mutex, because discards are the rare path.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -865,6 +865,8 @@ struct TopicTable {
     /// Ids handed out so far (including `NO_TOPIC`); published after the slot is set up.
     len: AtomicU32,
     max_topics: usize,
+    /// Whether the table being full was logged (once: every refused message is counted).
+    full_logged: AtomicBool,
 }
 
 impl TopicTable {
@@ -880,6 +882,7 @@ impl TopicTable {
             segments,
             len: AtomicU32::new(1),
             max_topics,
+            full_logged: AtomicBool::new(false),
         };
         // Segment 0 always exists, so `NO_TOPIC` and the fallback below are always valid.
         let no_topic = table.segment(0);
@@ -925,6 +928,14 @@ impl TopicTable {
         }
         let next = self.len.load(Ordering::Relaxed);
         if next as usize > self.max_topics {
+            if !self.full_logged.swap(true, Ordering::Relaxed) {
+                log::error!(
+                    "topic table full: {} distinct topic names seen; messages for further \
+                     new topics are discarded as bad_topic under topic \"\" (raise \
+                     input.max_topics)",
+                    self.max_topics
+                );
+            }
             return None;
         }
         let name: Arc<[u8]> = Arc::from(name);

@@ -6,6 +6,8 @@
 //!   deleted.)
 //! * a topic the broker will not create although dory asks (auto-creation on): its
 //!   messages are held for `unknown_topic_wait_ms`, then discarded as `autocreate_failed`.
+//! * more topic names than `input.max_topics`: the extra names' messages are counted under
+//!   topic "" as `bad_topic`, and the full table is logged once.
 
 mod common;
 
@@ -155,6 +157,46 @@ fn topic_the_broker_will_not_create_is_discarded_as_autocreate_failed() {
     assert!(
         logs.contains("unknown topic [refused] (autocreate_failed)"),
         "the discard is logged:\n{logs}"
+    );
+    let status = dory.terminate(WAIT);
+    assert!(status.success(), "dory exits 0 on SIGTERM: {status}");
+}
+
+#[test]
+fn topics_beyond_max_topics_are_counted_as_bad_topic_under_no_topic() {
+    let mock = Mock::start(1);
+    for t in ["t1", "t2", "t3"] {
+        mock.create_topic(t, 1);
+    }
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.batch_time_ms = None;
+    args.config_toml = Some("[input]\nmax_topics = 3\n[batching]\ntime_ms = 50\n".into());
+    let mut dory = Dory::start(args);
+    dory.wait_ready();
+
+    // Three topics fit; the fourth and fifth names find the table full. One connection,
+    // so the names reach the table in this order.
+    let all: Vec<TestMsg> = ["t1", "t2", "t3", "t4", "t5"]
+        .iter()
+        .flat_map(|t| msgs(t, 0..10))
+        .collect();
+    send(&dory, &all);
+    let m = settle(&mut dory, &[("t1", 10), ("t2", 10), ("t3", 10), ("", 20)]);
+    for t in ["t1", "t2", "t3"] {
+        assert_eq!(m.delivered(t), 10, "{t} delivered");
+    }
+    assert_eq!(
+        m.discards_of(""),
+        [("bad_topic".to_string(), 20)].into_iter().collect(),
+        "messages for topics beyond the table are counted under \"\""
+    );
+    assert_eq!(m.received("t4") + m.received("t5"), 0, "no series for them");
+    let logs = dory.logs();
+    assert_eq!(
+        logs.matches("topic table full: 3 distinct topic names")
+            .count(),
+        1,
+        "logged once:\n{logs}"
     );
     let status = dory.terminate(WAIT);
     assert!(status.success(), "dory exits 0 on SIGTERM: {status}");
