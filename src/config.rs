@@ -825,38 +825,29 @@ mod tests {
         assert!(e.to_string().contains("input.dgram_socket"), "{e}");
     }
 
+    /// Loads `[input]` settings given as TOML (flags as in `flags()`).
+    fn with_input(toml: &str) -> Result<Config, ConfigError> {
+        let raw = parse_toml(Path::new("x.toml"), &format!("[input]\n{toml}\n"))?;
+        Config::from_parts(raw, false, &flags())
+    }
+
     #[test]
     fn busy_poll_defaults_and_bounds() {
-        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
+        let c = with_input("").expect("valid");
         assert_eq!(c.input.busy_poll, Duration::from_micros(50));
-        let raw = |us| RawConfig {
-            input: RawInput {
-                busy_poll_us: Some(us),
-                ..RawInput::default()
-            },
-            ..RawConfig::default()
-        };
-        let c = Config::from_parts(raw(0), false, &flags()).expect("0 turns spinning off");
+        let c = with_input("busy_poll_us = 0").expect("0 turns spinning off");
         assert_eq!(c.input.busy_poll, Duration::ZERO);
-        let e = Config::from_parts(raw(10_001), false, &flags()).unwrap_err();
+        let e = with_input("busy_poll_us = 10001").unwrap_err();
         assert!(e.to_string().contains("input.busy_poll_us"), "{e}");
     }
 
     #[test]
     fn max_topics_defaults_and_bounds() {
-        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
-        assert_eq!(c.input.max_topics, 10_000);
-        let raw = |n| RawConfig {
-            input: RawInput {
-                max_topics: Some(n),
-                ..RawInput::default()
-            },
-            ..RawConfig::default()
-        };
-        let c = Config::from_parts(raw(50_000), false, &flags()).expect("valid");
+        assert_eq!(with_input("").expect("valid").input.max_topics, 10_000);
+        let c = with_input("max_topics = 50000").expect("valid");
         assert_eq!(c.input.max_topics, 50_000);
-        for bad in [0, 1_000_001] {
-            let e = Config::from_parts(raw(bad), false, &flags()).unwrap_err();
+        for bad in ["0", "1000001"] {
+            let e = with_input(&format!("max_topics = {bad}")).unwrap_err();
             assert!(e.to_string().contains("input.max_topics"), "{e}");
         }
     }

@@ -631,18 +631,8 @@ fn per_topic(msgs: &[TestMsg]) -> BTreeMap<String, u64> {
 
 /// Waits until dory counts every message of `want` as received.
 fn wait_received(dory: &mut Dory, want: &BTreeMap<String, u64>) -> Metrics {
-    dory.wait_metrics("every sent message counted received", DRAIN_TIMEOUT, |m| {
-        let missing: Vec<String> = want
-            .iter()
-            .filter(|(t, &n)| m.received(t) != n)
-            .map(|(t, n)| format!("received[{t:?}] = {} of {n}", m.received(t)))
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing.join("; "))
-        }
-    })
+    let want: Vec<(&str, u64)> = want.iter().map(|(t, &n)| (t.as_str(), n)).collect();
+    dory.wait_received(&want, DRAIN_TIMEOUT)
 }
 
 /// Checks every consumed record of `topic` against what was sent (id known, right topic,

@@ -100,33 +100,9 @@ fn test_msg(id: u32, topic: &str, route: Route, key: &[u8], value: Vec<u8>) -> T
     }
 }
 
-/// Sends `msgs` in order over one UNIX stream connection, then closes it cleanly.
-fn send_stream(dory: &Dory, msgs: &[TestMsg]) {
-    let bytes: Vec<u8> = msgs.iter().flat_map(TestMsg::encode).collect();
-    let mut s = StreamSender::connect(dory.stream_path());
-    s.send(&bytes);
-    s.finish();
-}
-
-/// Polls until every `(topic, n)` has at least `n` messages counted as received.
-fn wait_received(dory: &mut Dory, want: &[(&str, u64)]) -> Metrics {
-    dory.wait_metrics("messages counted as received", WAIT, |m| {
-        let missing: Vec<String> = want
-            .iter()
-            .filter(|(t, n)| m.received(t) < *n)
-            .map(|(t, n)| format!("received[{t}] = {} of {n}", m.received(t)))
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing.join("; "))
-        }
-    })
-}
-
-/// Waits until every `(topic, n)` was received and nothing is in flight.
+/// Waits until every `(topic, n)` was received (exactly) and nothing is in flight.
 fn settle(dory: &mut Dory, want: &[(&str, u64)]) -> Metrics {
-    wait_received(dory, want);
+    dory.wait_received(want, WAIT);
     dory.wait_drained(WAIT)
 }
 
@@ -537,7 +513,7 @@ fn codec_scenario(brokers: &[String], bootstrap: &str, stored_codecs: bool) {
     thread::scope(|s| {
         for (_, msgs) in &phase1 {
             let d = &dory;
-            s.spawn(move || send_stream(d, msgs));
+            s.spawn(move || d.send_stream(msgs));
         }
     });
     let want: Vec<(&str, u64)> = CODEC_TOPICS
@@ -573,7 +549,7 @@ fn codec_scenario(brokers: &[String], bootstrap: &str, stored_codecs: bool) {
     thread::scope(|s| {
         for (_, msgs) in &phase2 {
             let d = &dory;
-            s.spawn(move || send_stream(d, msgs));
+            s.spawn(move || d.send_stream(msgs));
         }
     });
     let want: Vec<(&str, u64)> = CODEC_TOPICS
@@ -594,7 +570,7 @@ fn codec_scenario(brokers: &[String], bootstrap: &str, stored_codecs: bool) {
         b"tiny",
         text_value(PHASE3_ID, 100),
     );
-    send_stream(&dory, std::slice::from_ref(&tiny));
+    dory.send_stream(std::slice::from_ref(&tiny));
     settle(
         &mut dory,
         &[("codec_lz4_min", u64::from(PHASE1_COUNT + PHASE2_COUNT + 1))],
@@ -826,7 +802,7 @@ fn zstd_falls_back_to_uncompressed_below_produce_v7() {
     let msgs: Vec<TestMsg> = (0..COUNT)
         .map(|id| test_msg(id, TOPIC, Route::AnyPartition, b"", text_value(id, 600)))
         .collect();
-    send_stream(&dory, &msgs);
+    dory.send_stream(&msgs);
     let m = settle(&mut dory, &[(TOPIC, u64::from(COUNT))]);
     assert_eq!(
         m.delivered(TOPIC),
@@ -974,7 +950,7 @@ fn batching_limits_show_in_produce_request_counts() {
     // 50 more complete the 10th; one request per batch.
     let r0 = requests(&dory);
     let first = plain_msgs("b_count", 0, 950, 100);
-    send_stream(&dory, &first);
+    dory.send_stream(&first);
     dory.wait_metrics("9 batches of b_count delivered", WAIT, |m| {
         if m.received("b_count") == 950 && m.delivered("b_count") == 900 {
             Ok(())
@@ -995,7 +971,7 @@ fn batching_limits_show_in_produce_request_counts() {
         m.text
     );
     let rest = plain_msgs("b_count", 950, 50, 100);
-    send_stream(&dory, &rest);
+    dory.send_stream(&rest);
     let m = settle(&mut dory, &[("b_count", 1000)]);
     assert_eq!(m.delivered("b_count"), 1000);
     let n = requests(&dory) - r0;
@@ -1007,7 +983,7 @@ fn batching_limits_show_in_produce_request_counts() {
     // bytes = 10000 with 200-byte values: batches of 50 → 20 requests.
     let r0 = requests(&dory);
     let bytes_msgs = plain_msgs("b_bytes", 0, 1000, 200);
-    send_stream(&dory, &bytes_msgs);
+    dory.send_stream(&bytes_msgs);
     settle(&mut dory, &[("b_bytes", 1000)]);
     let n = requests(&dory) - r0;
     report.push(format!(
@@ -1019,7 +995,7 @@ fn batching_limits_show_in_produce_request_counts() {
     // single batch is sent whole; with batching disabled, 20 requests.
     let r0 = requests(&dory);
     let contrast = plain_msgs("b_contrast", 0, 20, 10_000);
-    send_stream(&dory, &contrast);
+    dory.send_stream(&contrast);
     settle(&mut dory, &[("b_contrast", 20)]);
     let n = requests(&dory) - r0;
     report.push(format!(
@@ -1029,7 +1005,7 @@ fn batching_limits_show_in_produce_request_counts() {
 
     let r0 = requests(&dory);
     let disabled = plain_msgs("b_disable", 0, 20, 10_000);
-    send_stream(&dory, &disabled);
+    dory.send_stream(&disabled);
     settle(&mut dory, &[("b_disable", 20)]);
     let n = requests(&dory) - r0;
     report.push(format!("disable, 10000 B values: 20 msgs -> {n} requests"));
@@ -1042,7 +1018,7 @@ fn batching_limits_show_in_produce_request_counts() {
     for burst in 0..3u32 {
         let msgs = plain_msgs("b_time", burst * 40, 40, 100);
         let started = Instant::now();
-        send_stream(&dory, &msgs);
+        dory.send_stream(&msgs);
         let want = u64::from(burst + 1) * 40;
         dory.wait_metrics("a b_time burst delivered", WAIT, |m| {
             if m.delivered("b_time") >= want {
@@ -1076,9 +1052,9 @@ fn batching_limits_show_in_produce_request_counts() {
     let ca = plain_msgs("c_a", 0, 1, 100);
     let cb = plain_msgs("c_b", 0, 1, 100);
     let cc = plain_msgs("c_c", 0, 1, 100);
-    send_stream(&dory, &ca);
-    send_stream(&dory, &cb);
-    wait_received(&mut dory, &[("c_a", 1), ("c_b", 1)]);
+    dory.send_stream(&ca);
+    dory.send_stream(&cb);
+    dory.wait_received(&[("c_a", 1), ("c_b", 1)], WAIT);
     thread::sleep(Duration::from_millis(400));
     let m = dory.metrics();
     assert_eq!(
@@ -1087,7 +1063,7 @@ fn batching_limits_show_in_produce_request_counts() {
         "combined batch (messages = 3) sent with only 2 messages\n{}",
         m.text
     );
-    send_stream(&dory, &cc);
+    dory.send_stream(&cc);
     let m = settle(&mut dory, &[("c_c", 1)]);
     for t in ["c_a", "c_b", "c_c"] {
         assert_eq!(m.delivered(t), 1, "{t}\n{}", m.text);
@@ -1279,13 +1255,13 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
             stream.push(m);
         }
     }
-    send_stream(&dory, &stream);
+    dory.send_stream(&stream);
 
     // lim_window: 5 per 1500 ms, the window starting at the first message. Two bursts of
     // 10, the second 2 s after the first (in the next window): 5 of each pass.
     for burst in 0..2 {
         if burst == 1 {
-            wait_received(&mut dory, &[("lim_window", 10)]);
+            dory.wait_received(&[("lim_window", 10)], WAIT);
             thread::sleep(Duration::from_millis(2000));
         }
         let msgs: Vec<TestMsg> = (0..10)
@@ -1314,7 +1290,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
                 m
             })
             .collect();
-        send_stream(&dory, &msgs);
+        dory.send_stream(&msgs);
     }
 
     // One malformed datagram (flags != 0): logged with its raw bytes and the current time.
@@ -1497,7 +1473,7 @@ fn discard_log_rotates_by_size_and_prunes_oldest_archives() {
             )
         })
         .collect();
-    send_stream(&dory, &msgs);
+    dory.send_stream(&msgs);
     let m = settle(&mut dory, &[("rot", u64::from(COUNT))]);
     assert_discards(&m, "rot", &[("rate_limit", u64::from(COUNT))]);
 
@@ -1650,7 +1626,7 @@ fn autocreate_scenario(brokers: &[String], bootstrap: &str, tag: &str) {
 
     // A config file without topic_autocreate: off, so every message is bad_topic.
     let mut off = start_dory(brokers, "[delivery]\nunknown_topic_wait_ms = 3000\n");
-    send_stream(&off, &msgs(&off_topic));
+    off.send_stream(&msgs(&off_topic));
     let m = settle(&mut off, &[(off_topic.as_str(), u64::from(COUNT))]);
     assert_eq!(m.delivered(&off_topic), 0, "{}", m.text);
     assert_discards(&m, &off_topic, &[("bad_topic", u64::from(COUNT))]);
@@ -1664,7 +1640,7 @@ fn autocreate_scenario(brokers: &[String], bootstrap: &str, tag: &str) {
     // topic_autocreate = true: created and delivered.
     let mut on = start_dory(brokers, "[delivery]\ntopic_autocreate = true\n");
     let sent = msgs(&on_topic);
-    send_stream(&on, &sent);
+    on.send_stream(&sent);
     let m = settle(&mut on, &[(on_topic.as_str(), u64::from(COUNT))]);
     assert_eq!(m.delivered(&on_topic), u64::from(COUNT), "{}", m.text);
     assert_discards(&m, &on_topic, &[]);
@@ -1825,7 +1801,7 @@ fn murmur2_places_keys_where_the_java_client_does() {
             ));
             id += 1;
         }
-        send_stream(&dory, &msgs);
+        dory.send_stream(&msgs);
         sent.insert(topic, msgs);
     }
     let want: Vec<(&str, u64)> = sent.iter().map(|(t, m)| (*t, m.len() as u64)).collect();
@@ -1976,7 +1952,7 @@ fn msg_debug_logs_only_the_selected_topic() {
             .collect()
     };
     // Before any topic is selected: nothing is logged.
-    send_stream(&dory, &batch("dbg_a", 0, 5));
+    dory.send_stream(&batch("dbg_a", 0, 5));
     settle(&mut dory, &[("dbg_a", 5)]);
 
     assert_eq!(
@@ -1985,8 +1961,8 @@ fn msg_debug_logs_only_the_selected_topic() {
     );
     assert_eq!(get(&dory, "/msg_debug/get_topics"), "topic: [dbg_a]\n");
     let logged = batch("dbg_a", 100, 30);
-    send_stream(&dory, &logged);
-    send_stream(&dory, &batch("dbg_b", 200, 30));
+    dory.send_stream(&logged);
+    dory.send_stream(&batch("dbg_b", 200, 30));
     settle(&mut dory, &[("dbg_a", 35), ("dbg_b", 30)]);
 
     let mut want: Vec<String> = logged
@@ -2029,7 +2005,7 @@ fn msg_debug_logs_only_the_selected_topic() {
         get(&dory, "/msg_debug/get_topics"),
         "No message debug topics are currently enabled\n"
     );
-    send_stream(&dory, &batch("dbg_a", 300, 10));
+    dory.send_stream(&batch("dbg_a", 300, 10));
     settle(&mut dory, &[("dbg_a", 45)]);
     for f in files {
         assert_eq!(read(f).len(), 30, "{f} grew after del_topic");

@@ -31,27 +31,9 @@ fn msgs(topic: &str, ids: std::ops::Range<u32>) -> Vec<TestMsg> {
     .collect()
 }
 
-fn send(dory: &Dory, msgs: &[TestMsg]) {
-    let bytes: Vec<u8> = msgs.iter().flat_map(TestMsg::encode).collect();
-    let mut s = StreamSender::connect(dory.stream_path());
-    s.send(&bytes);
-    s.finish();
-}
-
 /// Waits until every `(topic, n)` has `n` messages received and all of them settled.
 fn settle(dory: &mut Dory, want: &[(&str, u64)]) -> Metrics {
-    dory.wait_metrics("messages received", WAIT, |m| {
-        let short: Vec<String> = want
-            .iter()
-            .filter(|(t, n)| m.received(t) != *n)
-            .map(|(t, n)| format!("received[{t}] = {} of {n}", m.received(t)))
-            .collect();
-        if short.is_empty() {
-            Ok(())
-        } else {
-            Err(short.join("; "))
-        }
-    });
+    dory.wait_received(want, WAIT);
     dory.wait_drained(WAIT)
 }
 
@@ -68,8 +50,8 @@ fn topic_deleted_under_dory_is_discarded_as_bad_topic_and_others_flow_on() {
     dory.wait_ready();
 
     let first = [msgs("doomed", 0..100), msgs("kept", 0..100)];
-    send(&dory, &first[0]);
-    send(&dory, &first[1]);
+    dory.send_stream(&first[0]);
+    dory.send_stream(&first[1]);
     let m = settle(&mut dory, &[("doomed", 100), ("kept", 100)]);
     assert_eq!((m.delivered("doomed"), m.delivered("kept")), (100, 100));
 
@@ -81,7 +63,7 @@ fn topic_deleted_under_dory_is_discarded_as_bad_topic_and_others_flow_on() {
         .expect("set the topic's metadata error");
     mock.cluster()
         .request_errors(RDKafkaApiKey::Produce, &[unknown; 50]);
-    send(&dory, &msgs("doomed", 100..150));
+    dory.send_stream(&msgs("doomed", 100..150));
     let m = settle(&mut dory, &[("doomed", 150), ("kept", 100)]);
     assert_eq!(
         m.delivered("doomed"),
@@ -97,7 +79,7 @@ fn topic_deleted_under_dory_is_discarded_as_bad_topic_and_others_flow_on() {
     // Other topics flow on.
     mock.cluster().clear_request_errors(RDKafkaApiKey::Produce);
     let second = msgs("kept", 100..150);
-    send(&dory, &second);
+    dory.send_stream(&second);
     let m = settle(&mut dory, &[("doomed", 150), ("kept", 150)]);
     assert_eq!(m.delivered("kept"), 150);
     dory.assert_invariant();
@@ -141,8 +123,8 @@ fn topic_the_broker_will_not_create_is_discarded_as_autocreate_failed() {
     dory.wait_ready();
 
     let kept = msgs("kept", 0..40);
-    send(&dory, &msgs("refused", 0..40));
-    send(&dory, &kept);
+    dory.send_stream(&msgs("refused", 0..40));
+    dory.send_stream(&kept);
     let m = settle(&mut dory, &[("refused", 40), ("kept", 40)]);
     assert_eq!(
         m.discards_of("refused"),
@@ -180,7 +162,7 @@ fn topics_beyond_max_topics_are_counted_as_bad_topic_under_no_topic() {
         .iter()
         .flat_map(|t| msgs(t, 0..10))
         .collect();
-    send(&dory, &all);
+    dory.send_stream(&all);
     let m = settle(&mut dory, &[("t1", 10), ("t2", 10), ("t3", 10), ("", 20)]);
     for t in ["t1", "t2", "t3"] {
         assert_eq!(m.delivered(t), 10, "{t} delivered");

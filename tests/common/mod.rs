@@ -857,6 +857,30 @@ impl Dory {
         })
     }
 
+    /// Polls until every `(topic, n)` has exactly `n` messages counted as received.
+    pub fn wait_received(&mut self, want: &[(&str, u64)], timeout: Duration) -> Metrics {
+        self.wait_metrics("messages counted as received", timeout, |m| {
+            let short: Vec<String> = want
+                .iter()
+                .filter(|(t, n)| m.received(t) != *n)
+                .map(|(t, n)| format!("received[{t:?}] = {} of {n}", m.received(t)))
+                .collect();
+            if short.is_empty() {
+                Ok(())
+            } else {
+                Err(short.join("; "))
+            }
+        })
+    }
+
+    /// Sends `msgs` in order over one UNIX stream connection, then closes it cleanly.
+    pub fn send_stream(&self, msgs: &[TestMsg]) {
+        let bytes: Vec<u8> = msgs.iter().flat_map(TestMsg::encode).collect();
+        let mut s = StreamSender::connect(self.stream_path());
+        s.send(&bytes);
+        s.finish();
+    }
+
     /// Polls until every topic's in_flight is 0, then until Dory's counters agree that
     /// nothing is held: `MsgCreate` = `MsgDestroy` (every message that entered the
     /// pipeline ended delivered or discarded).
