@@ -38,8 +38,10 @@ pub struct OpenBatch {
     last_len: usize,
 }
 
-/// Most messages reserved ahead for a new batch.
-const RESERVE_MAX: usize = 16 * 1024;
+/// Most messages reserved ahead for a new batch (72 KiB of `Msg`s): enough to skip most
+/// of the early regrowth, little enough that many idle-ish batching keys, each reserving
+/// after one big batch, cannot tie up much memory.
+const RESERVE_MAX: usize = 1024;
 
 impl OpenBatch {
     pub fn is_empty(&self) -> bool {
