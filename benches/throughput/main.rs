@@ -23,6 +23,10 @@
 //! discards are reported by reason. The table shows medians over `--runs`.
 
 mod ceiling;
+/// The integration tests' harness, for what the bench shares with them (locating and
+/// installing Tansu, the HTTP client).
+#[path = "../../tests/common/mod.rs"]
+mod common;
 mod procs;
 mod sender;
 mod sink;
@@ -37,7 +41,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use serde_json::json;
 
-use procs::{free_port, http_get, Accounting, CpuSnapshot, Proc, ScratchDir};
+use common::http_get;
+use procs::{free_port, Accounting, CpuSnapshot, Proc, ScratchDir};
 use sender::Load;
 
 #[derive(Parser, Debug)]
@@ -196,7 +201,7 @@ fn real_main(o: Opts) -> Result<(), String> {
         None
     };
     let tansu_bin = if targets.contains(&Target::Tansu) {
-        Some(tansu::locate(o.tansu.as_deref(), &target_dir()).map_err(|e| e.to_string())?)
+        Some(tansu::locate(o.tansu.as_deref()).map_err(|e| e.to_string())?)
     } else {
         None
     };
@@ -932,14 +937,6 @@ fn dory_bin(o: &Opts) -> Result<PathBuf, String> {
     std::env::var_os("DORY_BIN")
         .map(PathBuf::from)
         .ok_or_else(|| "no dory binary: pass --dory PATH or set DORY_BIN".into())
-}
-
-fn target_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => manifest.join(d),
-        None => manifest.join("target"),
-    }
 }
 
 fn parse_size(s: &str) -> Option<u64> {
