@@ -928,6 +928,21 @@ fn plain_msgs(topic: &str, base: u32, count: u32, len: usize) -> Vec<TestMsg> {
         .collect()
 }
 
+/// Sends `plain_msgs(topic, 0, count, len)` in one write, waits until they settle, and
+/// returns them with the number of Produce requests that took.
+fn send_counting_requests(
+    dory: &mut Dory,
+    topic: &str,
+    count: u32,
+    len: usize,
+) -> (Vec<TestMsg>, u64) {
+    let r0 = requests(dory);
+    let msgs = plain_msgs(topic, 0, count, len);
+    dory.send_stream(&msgs);
+    settle(dory, &[(topic, u64::from(count))]);
+    (msgs, requests(dory) - r0)
+}
+
 #[test]
 fn batching_limits_show_in_produce_request_counts() {
     let mock = Mock::start(1);
@@ -981,11 +996,7 @@ fn batching_limits_show_in_produce_request_counts() {
     all_count.extend(rest);
 
     // bytes = 10000 with 200-byte values: batches of 50 → 20 requests.
-    let r0 = requests(&dory);
-    let bytes_msgs = plain_msgs("b_bytes", 0, 1000, 200);
-    dory.send_stream(&bytes_msgs);
-    settle(&mut dory, &[("b_bytes", 1000)]);
-    let n = requests(&dory) - r0;
+    let (bytes_msgs, n) = send_counting_requests(&mut dory, "b_bytes", 1000, 200);
     report.push(format!(
         "bytes=10000, 200 B values: 1000 msgs -> {n} requests"
     ));
@@ -993,21 +1004,13 @@ fn batching_limits_show_in_produce_request_counts() {
 
     // 20 messages of 10000 B: batched (messages = 20) they make one request, since a
     // single batch is sent whole; with batching disabled, 20 requests.
-    let r0 = requests(&dory);
-    let contrast = plain_msgs("b_contrast", 0, 20, 10_000);
-    dory.send_stream(&contrast);
-    settle(&mut dory, &[("b_contrast", 20)]);
-    let n = requests(&dory) - r0;
+    let (contrast, n) = send_counting_requests(&mut dory, "b_contrast", 20, 10_000);
     report.push(format!(
         "messages=20, 10000 B values: 20 msgs -> {n} requests"
     ));
     assert_eq!(n, 1, "b_contrast: one batch of 20 is one request");
 
-    let r0 = requests(&dory);
-    let disabled = plain_msgs("b_disable", 0, 20, 10_000);
-    dory.send_stream(&disabled);
-    settle(&mut dory, &[("b_disable", 20)]);
-    let n = requests(&dory) - r0;
+    let (disabled, n) = send_counting_requests(&mut dory, "b_disable", 20, 10_000);
     report.push(format!("disable, 10000 B values: 20 msgs -> {n} requests"));
     assert_eq!(n, 20, "b_disable: each message is sent on its own");
 
