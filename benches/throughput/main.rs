@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use serde_json::json;
 
-use common::http_get;
-use procs::{free_port, Accounting, CpuSnapshot, Proc, ScratchDir};
+use common::{http_get, Metrics};
+use procs::{free_port, CpuSnapshot, Proc, ScratchDir};
 use sender::Load;
 
 #[derive(Parser, Debug)]
@@ -685,9 +685,9 @@ fn run_daemon(
     let mut problems = Vec::new();
     let mut violations_seen = 0u64;
     let mut scrapes = 0u64;
-    let mut check = |a: &Accounting, problems: &mut Vec<String>| {
+    let mut check = |a: &Metrics, problems: &mut Vec<String>| {
         scrapes += 1;
-        let v = a.violations();
+        let v = a.invariant_violations();
         if !v.is_empty() {
             violations_seen += 1;
             if problems.len() < 5 {
@@ -695,13 +695,13 @@ fn run_daemon(
             }
         }
     };
-    let scrape = || -> Result<Accounting, String> {
+    let scrape = || -> Result<Metrics, String> {
         let (code, body) = http_get(status, "/metrics", Duration::from_secs(5))
             .map_err(|e| format!("GET /metrics: {e}"))?;
         if code != 200 {
             return Err(format!("GET /metrics answered {code}"));
         }
-        Accounting::parse(&body)
+        Metrics::parse(&body)
     };
 
     // ----- send, wait until the broker side has everything -----
@@ -721,7 +721,7 @@ fn run_daemon(
         _ => Duration::from_millis(20),
     };
     let mut done_at: Option<Instant> = None;
-    let mut settled: Option<Accounting> = None;
+    let mut settled: Option<Metrics> = None;
     while done_at.is_none() {
         std::thread::sleep(Duration::from_millis(2));
         if let Some(s) = daemon.try_exit() {
@@ -739,9 +739,9 @@ fn run_daemon(
             last_scrape = Instant::now();
             if let Ok(a) = scrape() {
                 check(&a, &mut problems);
-                let delivered = Accounting::sum(&a.delivered);
-                let received = Accounting::sum(&a.received);
-                let in_flight = Accounting::sum(&a.in_flight);
+                let delivered = sum(&a.delivered);
+                let received = sum(&a.received);
+                let in_flight = sum(&a.in_flight);
                 if t == Target::Tansu {
                     progress = delivered;
                 }
@@ -793,14 +793,14 @@ fn run_daemon(
         match scrape() {
             Ok(a) => {
                 check(&a, &mut problems);
-                if Accounting::sum(&a.received) >= n && Accounting::sum(&a.in_flight) == 0 {
+                if sum(&a.received) >= n && sum(&a.in_flight) == 0 {
                     break Some(a);
                 }
                 if Instant::now() > settle_deadline {
                     problems.push(format!(
                         "not settled within 30 s: received {} in_flight {}",
-                        Accounting::sum(&a.received),
-                        Accounting::sum(&a.in_flight)
+                        sum(&a.received),
+                        sum(&a.in_flight)
                     ));
                     break Some(a);
                 }
@@ -828,7 +828,7 @@ fn run_daemon(
     let mut discards = BTreeMap::new();
     if let Some(a) = &final_acc {
         check(a, &mut problems);
-        let (r, d) = (Accounting::sum(&a.received), Accounting::sum(&a.delivered));
+        let (r, d) = (sum(&a.received), sum(&a.delivered));
         discards = a.discards_by_reason();
         let disc: u64 = discards.values().sum();
         if r != n {
@@ -877,7 +877,7 @@ fn run_daemon(
         extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
         extra.insert("sink_rejected".into(), json!(c.rejected.load(Relaxed)));
         if let Some(a) = &final_acc {
-            let d = Accounting::sum(&a.delivered);
+            let d = sum(&a.delivered);
             if rec != d {
                 problems.push(format!(
                     "sink counted {rec} records, dory says {d} delivered"
@@ -937,6 +937,11 @@ fn dory_bin(o: &Opts) -> Result<PathBuf, String> {
     std::env::var_os("DORY_BIN")
         .map(PathBuf::from)
         .ok_or_else(|| "no dory binary: pass --dory PATH or set DORY_BIN".into())
+}
+
+/// Σ of a per-topic metric.
+fn sum(per_topic: &BTreeMap<String, u64>) -> u64 {
+    per_topic.values().sum()
 }
 
 fn parse_size(s: &str) -> Option<u64> {

@@ -1,6 +1,7 @@
 //! Child processes (dory, Tansu) and what the bench reads about them: `/proc/<pid>/stat`
-//! CPU time, `/proc/<pid>/status` peak RSS, dory's `/health` and `/metrics` over a tiny
-//! HTTP/1.0 client. Only processes started here are signalled, by their PID.
+//! CPU time (per process and per thread), `/proc/<pid>/status` peak RSS, and the machine's
+//! CPU use meanwhile. (dory's `/health` and `/metrics` are read with the integration tests'
+//! HTTP client and parser.) Only processes started here are signalled, by their PID.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -154,138 +155,6 @@ fn proc_status_kib(pid: u32, key: &str) -> io::Result<u64> {
 /// A free TCP port on 127.0.0.1 (bound once to let the kernel choose, then released).
 pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// dory's accounting from `/metrics` (Prometheus text), per topic.
-#[derive(Clone, Debug, Default)]
-pub struct Accounting {
-    pub received: BTreeMap<String, u64>,
-    pub delivered: BTreeMap<String, u64>,
-    pub in_flight: BTreeMap<String, u64>,
-    /// (topic, reason) → count
-    pub discarded: BTreeMap<(String, String), u64>,
-}
-
-impl Accounting {
-    pub fn parse(text: &str) -> Result<Accounting, String> {
-        let mut a = Accounting::default();
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (name, labels, value) =
-                parse_sample(line).ok_or_else(|| format!("bad metrics line {line:?}"))?;
-            let topic = labels.get("topic").cloned().unwrap_or_default();
-            let v = value as u64;
-            match name {
-                "dory_messages_received_total" => *a.received.entry(topic).or_default() += v,
-                "dory_messages_delivered_total" => *a.delivered.entry(topic).or_default() += v,
-                "dory_messages_in_flight" => *a.in_flight.entry(topic).or_default() += v,
-                "dory_messages_discarded_total" => {
-                    let reason = labels.get("reason").cloned().unwrap_or_default();
-                    *a.discarded.entry((topic, reason)).or_default() += v;
-                }
-                _ => {}
-            }
-        }
-        Ok(a)
-    }
-
-    pub fn sum(m: &BTreeMap<String, u64>) -> u64 {
-        m.values().sum()
-    }
-
-    /// Discards by reason, over all topics (zero counts left out).
-    pub fn discards_by_reason(&self) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for ((_, reason), &n) in &self.discarded {
-            if n > 0 {
-                *out.entry(reason.clone()).or_default() += n;
-            }
-        }
-        out
-    }
-
-    /// Topics where received != delivered + discarded + in_flight.
-    pub fn violations(&self) -> Vec<String> {
-        let mut topics: Vec<&String> = self.received.keys().collect();
-        topics.extend(self.delivered.keys());
-        topics.extend(self.in_flight.keys());
-        topics.extend(self.discarded.keys().map(|(t, _)| t));
-        topics.sort();
-        topics.dedup();
-        let mut v = Vec::new();
-        for t in topics {
-            let get = |m: &BTreeMap<String, u64>| m.get(t).copied().unwrap_or(0);
-            let disc: u64 = self
-                .discarded
-                .iter()
-                .filter(|((tt, _), _)| tt == t)
-                .map(|(_, n)| n)
-                .sum();
-            let (r, d, f) = (
-                get(&self.received),
-                get(&self.delivered),
-                get(&self.in_flight),
-            );
-            if r != d + disc + f {
-                v.push(format!(
-                    "topic {t:?}: received {r} != delivered {d} + discarded {disc} + in_flight {f}"
-                ));
-            }
-        }
-        v
-    }
-}
-
-/// `name{k="v",...} value` or `name value`.
-fn parse_sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
-    let mut labels = BTreeMap::new();
-    let (name, rest) = match line.find('{') {
-        Some(i) => {
-            let name = &line[..i];
-            let mut rest = &line[i + 1..];
-            loop {
-                rest = rest.trim_start_matches(',').trim_start();
-                if let Some(r) = rest.strip_prefix('}') {
-                    rest = r;
-                    break;
-                }
-                let eq = rest.find('=')?;
-                let key = rest[..eq].trim().to_string();
-                let mut chars = rest[eq + 1..].char_indices();
-                if chars.next()?.1 != '"' {
-                    return None;
-                }
-                let mut val = String::new();
-                let mut end = None;
-                let mut escaped = false;
-                for (j, ch) in chars {
-                    if escaped {
-                        val.push(match ch {
-                            'n' => '\n',
-                            c => c,
-                        });
-                        escaped = false;
-                    } else if ch == '\\' {
-                        escaped = true;
-                    } else if ch == '"' {
-                        end = Some(eq + 1 + j + 1);
-                        break;
-                    } else {
-                        val.push(ch);
-                    }
-                }
-                rest = &rest[end?..];
-                labels.insert(key, val);
-            }
-            (name, rest)
-        }
-        None => line.split_once(' ')?,
-    };
-    let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some((name.trim(), labels, value))
 }
 
 /// A scratch directory removed on drop.

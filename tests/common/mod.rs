@@ -1118,6 +1118,16 @@ impl Metrics {
             .map(|((_, r), &n)| (r.clone(), n))
             .collect()
     }
+    /// Non-zero discard counts over all topics, by reason.
+    pub fn discards_by_reason(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for ((_, reason), &n) in &self.discarded {
+            if n > 0 {
+                *out.entry(reason.clone()).or_default() += n;
+            }
+        }
+        out
+    }
     /// Every topic named by any of the four accounting metrics.
     pub fn topics(&self) -> BTreeSet<String> {
         let mut t: BTreeSet<String> = self.received.keys().cloned().collect();
