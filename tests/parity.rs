@@ -1114,14 +1114,17 @@ fn split_now(line: &str) -> Result<(i64, &str), String> {
     Ok((now, rest))
 }
 
-/// The expected line after `now: <ms> `.
-fn disc_rest(ts: i64, info: &str, topic: &str, key: &[u8], value: &[u8], prefix: usize) -> String {
+/// The expected discard-log line for `m` after `now: <ms> `, key and value cut to
+/// `prefix` bytes.
+fn disc_rest(m: &TestMsg, info: &str, prefix: usize) -> String {
     let cut = |b: &[u8]| b[..b.len().min(prefix)].to_vec();
     format!(
-        "ts: {ts} event: DISC info: {info} topic: {}[{topic}] key: {} msg: {}",
-        topic.len(),
-        b64_field(&cut(key)),
-        b64_field(&cut(value))
+        "ts: {} event: DISC info: {info} topic: {}[{}] key: {} msg: {}",
+        m.ts,
+        m.topic.len(),
+        m.topic,
+        b64_field(&cut(&m.key)),
+        b64_field(&cut(&m.value))
     )
 }
 
@@ -1197,9 +1200,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
         if ok {
             delivered.entry("lim_long").or_default().push(m.clone());
         } else {
-            expected_lines.push(disc_rest(
-                m.ts, "LONG_MSG", &m.topic, &m.key, &m.value, PREFIX,
-            ));
+            expected_lines.push(disc_rest(&m, "LONG_MSG", PREFIX));
         }
         stream.push(m);
     }
@@ -1216,9 +1217,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
                 b"rl",
                 text_value(mid, 10_000),
             );
-            expected_lines.push(disc_rest(
-                m.ts, "LONG_MSG", &m.topic, &m.key, &m.value, PREFIX,
-            ));
+            expected_lines.push(disc_rest(&m, "LONG_MSG", PREFIX));
             stream.push(m);
         }
         let mid = next();
@@ -1233,14 +1232,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
         if i < 37 {
             delivered.entry("lim_rate").or_default().push(m.clone());
         } else {
-            expected_lines.push(disc_rest(
-                m.ts,
-                "RATE_LIMIT",
-                &m.topic,
-                &m.key,
-                &m.value,
-                PREFIX,
-            ));
+            expected_lines.push(disc_rest(&m, "RATE_LIMIT", PREFIX));
         }
         stream.push(m);
     }
@@ -1254,7 +1246,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
         for _ in 0..n {
             let mid = next();
             let m = test_msg(mid, topic, Route::AnyPartition, b"", text_value(mid, 30));
-            expected_lines.push(disc_rest(m.ts, info, &m.topic, &m.key, &m.value, PREFIX));
+            expected_lines.push(disc_rest(&m, info, PREFIX));
             stream.push(m);
         }
     }
@@ -1281,14 +1273,7 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
                 if i < 5 {
                     delivered.entry("lim_window").or_default().push(m.clone());
                 } else {
-                    expected_lines.push(disc_rest(
-                        m.ts,
-                        "RATE_LIMIT",
-                        &m.topic,
-                        &m.key,
-                        &m.value,
-                        PREFIX,
-                    ));
+                    expected_lines.push(disc_rest(&m, "RATE_LIMIT", PREFIX));
                 }
                 m
             })
@@ -1469,12 +1454,7 @@ fn discard_log_rotates_by_size_and_prunes_oldest_archives() {
         .collect();
     let by_rest: HashMap<String, u32> = msgs
         .iter()
-        .map(|m| {
-            (
-                disc_rest(m.ts, "RATE_LIMIT", "rot", &m.key, &m.value, ROT_PREFIX),
-                m.id,
-            )
-        })
+        .map(|m| (disc_rest(m, "RATE_LIMIT", ROT_PREFIX), m.id))
         .collect();
     dory.send_stream(&msgs);
     let m = settle(&mut dory, &[("rot", u64::from(COUNT))]);
