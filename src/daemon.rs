@@ -14,14 +14,14 @@ use crate::config::Config;
 use crate::input::datagram::DatagramInput;
 use crate::input::stream::StreamInput;
 use crate::input::{InputCtx, InputError};
-use crate::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::pipeline::{
     Control, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP, SPARE_BATCHES_CAP,
     STATUS_CHANNEL_CAP,
 };
 use crate::pool::{Pool, PoolError};
-use crate::router::RouterChannels;
-use crate::status::{StatusControl, StatusRequest};
+use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
+use crate::report::status::{StatusControl, StatusRequest};
+use crate::route::router::RouterChannels;
 
 /// Start-up failures; each ends the process with exit status 1.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +118,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         version: env!("CARGO_PKG_VERSION").to_string(),
     })));
     metrics.attach_pool(pool);
-    metrics.attach_msg_debug(Arc::new(crate::msg_debug::MsgDebug::new(
+    metrics.attach_msg_debug(Arc::new(crate::report::msg_debug::MsgDebug::new(
         cfg.msg_debug.clone(),
     )));
     let discard_log = start_discard_log(&cfg, metrics);
@@ -132,8 +132,9 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     let (to_router_outcome, from_dispatchers) = bounded(OUTCOME_CHANNEL_CAP);
 
     // Status first: binding its port is also the single-instance guard.
-    let status = crate::status::spawn(cfg.status.addr, metrics, StatusControl::new(to_status_req))
-        .map_err(|source| DaemonError::Status {
+    let status =
+        crate::report::status::spawn(cfg.status.addr, metrics, StatusControl::new(to_status_req))
+            .map_err(|source| DaemonError::Status {
             addr: cfg.status.addr,
             source,
         })?;
@@ -192,7 +193,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             .map_or(String::new(), |p| format!(" tcp 127.0.0.1:{p}")),
     );
 
-    let fetcher = crate::metadata::spawn(&cfg, metrics, from_router_meta, to_router_meta)
+    let fetcher = crate::route::fetcher::spawn(&cfg, metrics, from_router_meta, to_router_meta)
         .map_err(DaemonError::Thread)?;
     let (router_done_tx, router_done) = bounded::<()>(1);
     let router = {
@@ -208,7 +209,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                     }
                 }
                 let _done = Done(router_done_tx);
-                crate::router::Router::new(
+                crate::route::router::Router::new(
                     cfg,
                     metrics,
                     RouterChannels {
@@ -281,7 +282,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     let topics = metrics.snapshot_topics();
     let received: u64 = topics.iter().map(|t| t.received).sum();
     let delivered: u64 = topics.iter().map(|t| t.delivered).sum();
-    let by_reason: Vec<String> = crate::metrics::DiscardReason::ALL
+    let by_reason: Vec<String> = crate::report::metrics::DiscardReason::ALL
         .iter()
         .filter_map(|r| {
             let n: u64 = topics.iter().map(|t| t.discarded(*r)).sum();
@@ -302,7 +303,7 @@ fn start_discard_log(
     metrics: &'static Metrics,
 ) -> Option<std::thread::JoinHandle<()>> {
     let d = cfg.discard_log.as_ref()?;
-    let log = match crate::discard_log::DiscardLog::open(
+    let log = match crate::report::discard_log::DiscardLog::open(
         &d.path,
         d.max_file_size,
         d.max_archive_size,
@@ -314,7 +315,7 @@ fn start_discard_log(
             return None;
         }
     };
-    match crate::discard_log::spawn(log, 65_536) {
+    match crate::report::discard_log::spawn(log, 65_536) {
         Ok((sender, handle)) => {
             metrics.attach_discard_log(sender);
             Some(handle)

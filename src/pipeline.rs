@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::metrics::TopicId;
 use crate::pool::Lease;
+use crate::report::metrics::TopicId;
 
 /// Messages an input hands over in one channel send (inputs batch what is already queued
 /// in the socket, so the per-message channel cost is amortised).

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::discard_log::{DiscardInfo, DiscardKind};
+use crate::report::discard_log::{DiscardInfo, DiscardKind};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC};
 use crate::pipeline::{Msg, INPUT_BATCH_MAX};
 use crate::pool::Pool;
+use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC};
 use wire::{ClientMsg, Kind, WireError};
 
 /// Most topic ids an input thread remembers (the cache is cleared when full, so a client
@@ -265,7 +265,7 @@ impl InputCtx {
             for msg in &msgs {
                 self.metrics.queue_add(msg.topic, QueueState::New, -1);
             }
-            crate::discards::discard(self.metrics, msgs, DiscardReason::Shutdown);
+            crate::report::discards::discard(self.metrics, msgs, DiscardReason::Shutdown);
         }
     }
 }

@@ -18,9 +18,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::wire::{FrameError, StreamFramer};
 use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
-use crate::discard_log::DiscardInfo;
-use crate::metrics::{Counter, DiscardReason, NO_TOPIC};
 use crate::pipeline::INPUT_BATCH_MAX;
+use crate::report::discard_log::DiscardInfo;
+use crate::report::metrics::{Counter, DiscardReason, NO_TOPIC};
 
 /// Most simultaneous connections per stream input; more are refused (and counted).
 pub const MAX_CONNECTIONS: usize = 1024;

@@ -17,7 +17,9 @@ use base64::Engine as _;
 use crossbeam_channel::{Sender, TrySendError};
 use serde::Serialize;
 
-use crate::metrics::{now_ms, Counter, DiscardReason, DiscardReport, Health, Metrics, TopicRange};
+use crate::report::metrics::{
+    now_ms, Counter, DiscardReason, DiscardReport, Health, Metrics, TopicRange,
+};
 
 /// Location printed for every counter. Dory printed the C++ source location; monitoring
 /// only needs it to be stable.
@@ -859,7 +861,7 @@ fn index_html() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{MetricsConfig, QueueState, NO_TOPIC};
+    use crate::report::metrics::{MetricsConfig, QueueState, NO_TOPIC};
     use std::io::{Read, Write};
     use std::net::TcpStream;
 

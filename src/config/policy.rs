@@ -10,14 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{BatchLimits, ByteSize, ConfigError};
-
-fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        message: message.into(),
-    }
-}
+use super::values::{invalid, BatchLimits, ByteSize, ConfigError, RawCount};
 
 // ----- raw (as written) -----
 
@@ -60,14 +53,6 @@ pub struct RawCompression {
     pub configs: HashMap<String, RawCompressionConfig>,
     #[serde(default)]
     pub topics: HashMap<String, String>,
-}
-
-/// `max_count` is a number or the string "unlimited".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawCount {
-    Number(u64),
-    Word(String),
 }
 
 #[derive(Debug, Deserialize)]

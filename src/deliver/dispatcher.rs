@@ -17,20 +17,20 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select_biased, Receiver, Sender, TrySendError};
 
-use crate::backoff::Backoff;
-use crate::batcher::{KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
+use crate::config::policy::{CodecName, Policies};
 use crate::config::Config;
-use crate::discards;
+use crate::deliver::backoff::Backoff;
 use crate::kafka::compression::{Codec, Compression};
 use crate::kafka::connection::{ConnError, Connection};
 use crate::kafka::errors::{classify, error_name, ErrorAction};
 use crate::kafka::produce::{self, ProduceRequestWriter};
 use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::PRODUCE_VERSIONS;
-use crate::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId};
-use crate::msg_debug::DebugFile;
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
-use crate::policy::{CodecName, Policies};
+use crate::report::discards;
+use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId};
+use crate::report::msg_debug::DebugFile;
+use crate::route::batcher::{KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
 
 /// Largest Produce response we accept (a response lists only partitions we sent).
 const MAX_RESPONSE_SIZE: usize = 16 << 20;

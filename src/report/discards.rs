@@ -4,9 +4,9 @@
 
 use std::time::SystemTime;
 
-use crate::discard_log::{DiscardInfo, DiscardKind};
-use crate::metrics::{Counter, DiscardReason, Metrics};
 use crate::pipeline::Msg;
+use crate::report::discard_log::{DiscardInfo, DiscardKind};
+use crate::report::metrics::{Counter, DiscardReason, Metrics};
 
 /// The discard log's `info:` for a reason.
 pub fn info(reason: DiscardReason) -> DiscardInfo {

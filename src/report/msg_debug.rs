@@ -4,31 +4,19 @@
 //! Shared as `Arc<MsgDebug>` by the status server (control) and router/dispatchers (writes);
 //! when nothing is being logged, the hot-path check is one atomic load.
 
-use crate::discard_log::put_base64;
+use crate::config::MsgDebugConfig;
+use crate::report::discard_log::put_base64;
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Reply to requests when message debug logging is not configured.
 pub const NOT_CONFIGURED: &str =
     "Message debug logging is not configured: set its directory in the config to use /msg_debug\n";
-
-/// Settings from the config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MsgDebugConfig {
-    /// Directory of the three files; created when logging starts.
-    pub dir: PathBuf,
-    /// Logging stops this long after it was enabled (Dory default 1 h).
-    pub time_limit: Duration,
-    /// Logging stops once this many bytes were written to the three files together
-    /// (Dory default 2 MiB).
-    pub byte_limit: u64,
-}
 
 /// Which of the three files a line goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -429,6 +417,7 @@ mod tests {
     use super::*;
     use std::path::Path;
     use std::sync::Arc;
+    use std::time::Duration;
 
     fn configured(dir: &Path, time_limit: Duration, byte_limit: u64) -> MsgDebug {
         MsgDebug::new(Some(MsgDebugConfig {

@@ -4,77 +4,22 @@
 //! Raw serde structs mirror the file (every key optional, `deny_unknown_fields`, so a typo
 //! names the bad key); [`Config::from_parts`] applies flag overrides and validates.
 
+pub mod policy;
+mod values;
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::policy::{
+use policy::{
     Policies, RawCombined, RawCompression, RawLimits, RawPartitioning, RawPolicies, RawRateLimit,
     RawTopicBatching,
 };
-use std::collections::HashMap;
-
-/// Errors that stop the daemon at start-up. Each names the setting at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("invalid setting {key}: {message}")]
-    Invalid { key: &'static str, message: String },
-}
-
-fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        message: message.into(),
-    }
-}
-
-/// A byte count written either as an integer or as a string with a `k`/`m`/`g` suffix
-/// (powers of 1024, as in Dory's config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(pub u64);
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Str(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(ByteSize(n)),
-            Raw::Str(s) => parse_byte_size(&s)
-                .map(ByteSize)
-                .map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// Parses `"64m"`, `"256k"`, `"1g"`, `"4096"` into bytes.
-pub fn parse_byte_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (digits, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1u64 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1u64 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count (use e.g. 65536, \"64k\", \"16m\")"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
+use values::invalid;
+pub use values::{parse_byte_size, BatchLimits, ByteSize, ConfigError, RawCount};
 
 /// The file as written. Every field is optional; defaults live in [`Config::from_parts`].
 #[derive(Debug, Default, Deserialize)]
@@ -110,7 +55,7 @@ pub struct RawDiscardLog {
     pub max_file_size: Option<ByteSize>,
     pub max_archive_size: Option<ByteSize>,
     /// Bytes of key and value logged: a size, or "unlimited".
-    pub max_msg_prefix_size: Option<crate::policy::RawCount>,
+    pub max_msg_prefix_size: Option<RawCount>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,6 +74,18 @@ pub struct DiscardLogConfig {
     pub max_file_size: u64,
     pub max_archive_size: u64,
     pub max_msg_prefix: Option<usize>,
+}
+
+/// Message debug logging (`[msg_debug]`, see [`crate::report::msg_debug`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgDebugConfig {
+    /// Directory of the three files; created when logging starts.
+    pub dir: PathBuf,
+    /// Logging stops this long after it was enabled (Dory default 1 h).
+    pub time_limit: Duration,
+    /// Logging stops once this many bytes were written to the three files together
+    /// (Dory default 2 MiB).
+    pub byte_limit: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,14 +240,6 @@ pub struct KafkaConfig {
     pub max_in_flight_requests: usize,
 }
 
-/// Batch completion limits; `None` disables a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchLimits {
-    pub time: Option<Duration>,
-    pub messages: Option<u64>,
-    pub bytes: Option<u64>,
-}
-
 #[derive(Debug, Clone)]
 pub struct BatchingConfig {
     /// Limits of topics without their own batching config.
@@ -331,7 +280,7 @@ pub struct Config {
     /// Per-topic batching, compression, rate limits and partitioners.
     pub policies: Policies,
     pub discard_log: Option<DiscardLogConfig>,
-    pub msg_debug: Option<crate::msg_debug::MsgDebugConfig>,
+    pub msg_debug: Option<MsgDebugConfig>,
 }
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
@@ -697,14 +646,12 @@ fn discard_log_config(raw: RawDiscardLog) -> Result<Option<DiscardLogConfig>, Co
     }
     let max_msg_prefix = match raw.max_msg_prefix_size {
         None => None,
-        Some(crate::policy::RawCount::Word(w)) if w == "unlimited" => None,
-        Some(crate::policy::RawCount::Word(w)) => Some(to_usize(
+        Some(RawCount::Word(w)) if w == "unlimited" => None,
+        Some(RawCount::Word(w)) => Some(to_usize(
             "discard_log.max_msg_prefix_size",
             parse_byte_size(&w).map_err(|m| invalid("discard_log.max_msg_prefix_size", m))?,
         )?),
-        Some(crate::policy::RawCount::Number(n)) => {
-            Some(to_usize("discard_log.max_msg_prefix_size", n)?)
-        }
+        Some(RawCount::Number(n)) => Some(to_usize("discard_log.max_msg_prefix_size", n)?),
     };
     Ok(Some(DiscardLogConfig {
         path: absolute("discard_log.path", raw.path)?,
@@ -717,13 +664,11 @@ fn discard_log_config(raw: RawDiscardLog) -> Result<Option<DiscardLogConfig>, Co
     }))
 }
 
-fn msg_debug_config(
-    raw: RawMsgDebug,
-) -> Result<Option<crate::msg_debug::MsgDebugConfig>, ConfigError> {
+fn msg_debug_config(raw: RawMsgDebug) -> Result<Option<MsgDebugConfig>, ConfigError> {
     if !raw.enable.unwrap_or(false) {
         return Ok(None);
     }
-    Ok(Some(crate::msg_debug::MsgDebugConfig {
+    Ok(Some(MsgDebugConfig {
         dir: absolute("msg_debug.path", raw.path)?,
         time_limit: Duration::from_secs(positive(
             "msg_debug.time_limit_s",

@@ -12,22 +12,22 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select_biased, Receiver, Sender, TrySendError};
 
-use crate::backoff::{retry_delay, Backoff, Rng};
-use crate::batcher::{OpenBatch, KAFKA_MSG_OVERHEAD};
-use crate::cluster::{Cluster, TopicView};
+use crate::config::policy::{BatchAction, Partitioner, TopicPolicy};
 use crate::config::BatchLimits;
 use crate::config::Config;
-use crate::dispatcher::{self, DispatcherConfig, DispatcherHandle};
+use crate::deliver::backoff::{retry_delay, Backoff, Rng};
+use crate::deliver::dispatcher::{self, DispatcherConfig, DispatcherHandle};
 use crate::fasthash::FastMap;
-use crate::metrics::{DiscardReason, Metrics, QueueState, TopicId};
-use crate::msg_debug::DebugFile;
-use crate::partitioner::java_partition;
 use crate::pipeline::{
     Batch, Control, MetaRequest, MetaResponse, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP,
 };
-use crate::policy::{BatchAction, Partitioner, TopicPolicy};
-use crate::rate_limit::RateLimiter;
-use crate::status::StatusRequest;
+use crate::report::metrics::{DiscardReason, Metrics, QueueState, TopicId};
+use crate::report::msg_debug::DebugFile;
+use crate::report::status::StatusRequest;
+use crate::route::batcher::{OpenBatch, KAFKA_MSG_OVERHEAD};
+use crate::route::cluster::{Cluster, TopicView};
+use crate::route::partitioner::java_partition;
+use crate::route::rate_limit::RateLimiter;
 
 /// How often the router looks at the clock while shutting down.
 const SHUTDOWN_TICK: Duration = Duration::from_millis(20);
@@ -716,7 +716,7 @@ impl Router {
         if batch.msgs.iter().any(|m| m.maybe_sent) {
             let (dups, rest): (Vec<Msg>, Vec<Msg>) =
                 batch.msgs.into_iter().partition(|m| m.maybe_sent);
-            crate::discards::possible_duplicates(self.metrics, &dups);
+            crate::report::discards::possible_duplicates(self.metrics, &dups);
             batch.msgs = rest;
             batch.msgs.extend(dups.into_iter().map(|mut m| {
                 m.maybe_sent = false;
@@ -1283,7 +1283,7 @@ impl Router {
     /// Discards messages not in any queue state (just taken from the input, or taken
     /// out of their state by the caller).
     fn discard_msgs(&mut self, msgs: Vec<Msg>, reason: DiscardReason) {
-        crate::discards::discard(self.metrics, msgs, reason);
+        crate::report::discards::discard(self.metrics, msgs, reason);
     }
 
     fn discard_staged(&mut self, msgs: Vec<Msg>, reason: DiscardReason, state: QueueState) {

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backoff::Rng;
 use crate::config::{BrokerAddr, Config};
+use crate::deliver::backoff::Rng;
 use crate::kafka::connection::{ConnError, Connection};
 use crate::kafka::{metadata, negotiate, MetadataResponse, API_KEY_METADATA, METADATA_VERSIONS};
-use crate::metrics::{Counter, Metrics};
 use crate::pipeline::{MetaRequest, MetaResponse};
+use crate::report::metrics::{Counter, Metrics};
 
 /// Largest metadata response we accept: enough for very large clusters.
 const MAX_METADATA_SIZE: usize = 64 << 20;

@@ -436,9 +436,9 @@ pub struct Metrics {
     /// The live pool, once attached: its gauges are then read at scrape time.
     live_pool: std::sync::OnceLock<&'static crate::pool::Pool>,
     /// The discard log, when configured.
-    discard_log: std::sync::OnceLock<crate::discard_log::DiscardLogSender>,
+    discard_log: std::sync::OnceLock<crate::report::discard_log::DiscardLogSender>,
     /// Message debug logging (always present; refuses requests when not configured).
-    msg_debug: std::sync::OnceLock<Arc<crate::msg_debug::MsgDebug>>,
+    msg_debug: std::sync::OnceLock<Arc<crate::report::msg_debug::MsgDebug>>,
 }
 
 impl Metrics {
@@ -667,20 +667,20 @@ impl Metrics {
     }
 
     /// Writes discards to this log from now on.
-    pub fn attach_discard_log(&self, log: crate::discard_log::DiscardLogSender) {
+    pub fn attach_discard_log(&self, log: crate::report::discard_log::DiscardLogSender) {
         let _ = self.discard_log.set(log);
     }
 
-    pub fn discard_log(&self) -> Option<&crate::discard_log::DiscardLogSender> {
+    pub fn discard_log(&self) -> Option<&crate::report::discard_log::DiscardLogSender> {
         self.discard_log.get()
     }
 
     /// Shares message debug logging with every role and the status server.
-    pub fn attach_msg_debug(&self, d: Arc<crate::msg_debug::MsgDebug>) {
+    pub fn attach_msg_debug(&self, d: Arc<crate::report::msg_debug::MsgDebug>) {
         let _ = self.msg_debug.set(d);
     }
 
-    pub fn msg_debug(&self) -> Option<&crate::msg_debug::MsgDebug> {
+    pub fn msg_debug(&self) -> Option<&crate::report::msg_debug::MsgDebug> {
         self.msg_debug.get().map(|d| &**d)
     }
 

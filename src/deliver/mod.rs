@@ -1,0 +1,19 @@
+//! Delivery: one dispatcher per broker. It owns that broker's connection, packs batches
+//! into Produce requests and writes them (the sender thread), reads the responses in order
+//! and settles each partition's messages (the ack-reader thread): delivered, discarded, or
+//! handed back to the router to send again. Later: producer-id and sequence state for the
+//! idempotent producer.
+//!
+//! Channels: reads `Batch` from the router; writes `Outcome` (returned batches, connection
+//! state, finished batches) to the router (types in [`crate::pipeline`]).
+//!
+//! Imports: settings, the pipeline types, [`crate::report`] (counting, discards, message
+//! debug) and [`crate::kafka`] (codec and connection). Never [`crate::route`] or
+//! [`crate::input`]: it knows only the batches it is given. [`backoff`] is `pub` because
+//! the router and the metadata fetcher use it too.
+//!
+//! Reading order: [`dispatcher`] (with `dispatcher/sender.rs` and `dispatcher/acks.rs`),
+//! [`backoff`].
+
+pub mod backoff;
+pub mod dispatcher;
