@@ -31,6 +31,10 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tempfile::TempDir;
 
+pub mod raw_fetch;
+#[allow(unused_imports)]
+pub use raw_fetch::*;
+
 // ---------------------------------------------------------------------------------------------
 // Time and polling
 // ---------------------------------------------------------------------------------------------
