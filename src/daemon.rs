@@ -15,12 +15,12 @@ use crate::input::datagram::DatagramInput;
 use crate::input::stream::StreamInput;
 use crate::input::{InputCtx, InputError};
 use crate::pipeline::{
-    Control, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP, SPARE_BATCHES_CAP,
-    STATUS_CHANNEL_CAP,
+    Control, StatusRequest, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP,
+    SPARE_BATCHES_CAP, STATUS_CHANNEL_CAP,
 };
 use crate::pool::{Pool, PoolError};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
-use crate::report::status::{StatusControl, StatusRequest};
+use crate::report::status::StatusControl;
 use crate::route::router::RouterChannels;
 
 /// Start-up failures; each ends the process with exit status 1.

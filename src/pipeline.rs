@@ -34,6 +34,13 @@ pub const META_CHANNEL_CAP: usize = 16;
 /// Capacity of the status → router request channel.
 pub const STATUS_CHANNEL_CAP: usize = 16;
 
+/// Kafka's per-record overhead as Dory counts it when sizing a message for
+/// `message_max_bytes` (the router, for batches and `too_long`; dispatchers, when packing
+/// batches into a request).
+pub const KAFKA_MSG_OVERHEAD: usize = 26;
+/// A RecordBatch v2 header, counted with the record overheads above.
+pub const RECORD_BATCH_OVERHEAD: usize = 61;
+
 /// One client message, from the moment an input accepted it until it is acknowledged or
 /// discarded. Its key and value live in the pool; dropping the message frees them.
 #[derive(Debug)]
@@ -142,4 +149,11 @@ pub struct MetaResponse {
 pub enum Control {
     /// Stop: inputs are closing; deliver what is held until `deadline`, then discard.
     Shutdown { deadline: Instant },
+}
+
+/// Status server → router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusRequest {
+    /// `POST /metadata_update`: refresh metadata now.
+    MetadataUpdate,
 }

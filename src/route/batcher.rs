@@ -8,13 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::BatchLimits;
-use crate::pipeline::Msg;
-
-/// Kafka's per-record overhead as Dory counts it when sizing a message for
-/// `message_max_bytes`.
-pub const KAFKA_MSG_OVERHEAD: usize = 26;
-/// A RecordBatch v2 header.
-pub const RECORD_BATCH_OVERHEAD: usize = 61;
+use crate::pipeline::{Msg, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
 
 /// What to do with a message handed to [`OpenBatch::add`].
 #[derive(Debug, Default)]

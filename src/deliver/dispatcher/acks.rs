@@ -1,0 +1,205 @@
+//! The ack reader (`dispatcher-<id>-acks`, one per connection): reads the Produce
+//! responses in order and settles each partition: delivered, discarded, or handed back to
+//! the router to retry, back off or reroute.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight};
+use crate::kafka::connection::{ConnError, Connection};
+use crate::kafka::errors::{classify, error_name, ErrorAction};
+use crate::kafka::produce;
+use crate::pipeline::{Batch, Msg, Outcome, ReturnReason};
+use crate::report::discards;
+use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState};
+use crate::report::msg_debug::DebugFile;
+
+/// Largest Produce response we accept (a response lists only partitions we sent).
+const MAX_RESPONSE_SIZE: usize = 16 << 20;
+
+/// The receiver thread: reads responses for one connection, in order.
+pub(super) struct Receiver_ {
+    pub(super) id: i32,
+    pub(super) conn: Connection,
+    pub(super) cfg: Arc<DispatcherConfig>,
+    pub(super) metrics: &'static Metrics,
+    pub(super) to_router: Sender<Outcome>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ResponseError {
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    #[error("cannot decode produce response: {0}")]
+    Decode(#[from] crate::kafka::DecodeError),
+    #[error("correlation id {got} does not match the request's {expected}")]
+    Correlation { expected: i32, got: i32 },
+    #[error("response does not answer topic [{topic}] partition {partition}")]
+    Missing { topic: String, partition: i32 },
+}
+
+impl Receiver_ {
+    pub(super) fn run(mut self, from_sender: Receiver<InFlight>, dead: Sender<()>) {
+        let mut frame = Vec::new();
+        while let Ok(entry) = from_sender.recv() {
+            match self.read_response(&entry, &mut frame) {
+                Ok(resp) => self.settle(entry, &resp),
+                Err(e) => {
+                    log::warn!("broker {}: connection lost: {e}", self.id);
+                    self.metrics.inc(match &e {
+                        ResponseError::Conn(ConnError::Io(io))
+                            if matches!(
+                                io.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            Counter::ConnectorSocketTimeout
+                        }
+                        ResponseError::Conn(ConnError::Io(_)) => Counter::ConnectorSocketError,
+                        ResponseError::Correlation { .. } => Counter::CorrelationIdMismatch,
+                        _ => Counter::BadProduceResponse,
+                    });
+                    let _ = self.conn.shutdown();
+                    let _ = dead.try_send(());
+                    fail_in_flight(&self.to_router, self.metrics, self.id, entry);
+                    // The sender stops writing once it sees `dead`; what it already wrote
+                    // is in doubt too.
+                    while let Ok(entry) = from_sender.recv() {
+                        fail_in_flight(&self.to_router, self.metrics, self.id, entry);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_response(
+        &mut self,
+        entry: &InFlight,
+        frame: &mut Vec<u8>,
+    ) -> Result<produce::ProduceResponse, ResponseError> {
+        self.conn.recv_frame(frame, MAX_RESPONSE_SIZE)?;
+        let resp = produce::decode_response(frame, entry.version)?;
+        if resp.correlation_id != entry.correlation_id {
+            return Err(ResponseError::Correlation {
+                expected: entry.correlation_id,
+                got: resp.correlation_id,
+            });
+        }
+        for p in &entry.parts {
+            let answered = resp.topics.iter().any(|t| {
+                t.name.as_slice() == &p.name[..]
+                    && t.partitions.iter().any(|q| q.partition == p.partition)
+            });
+            if !answered {
+                return Err(ResponseError::Missing {
+                    topic: String::from_utf8_lossy(&p.name).into_owned(),
+                    partition: p.partition,
+                });
+            }
+        }
+        Ok(resp)
+    }
+
+    /// Applies each partition's error code to its messages.
+    fn settle(&mut self, entry: InFlight, resp: &produce::ProduceResponse) {
+        let mut retry = Vec::new();
+        let mut backoff = Vec::new();
+        let mut reroute = Vec::new();
+        for p in entry.parts {
+            let code = resp
+                .topics
+                .iter()
+                .filter(|t| t.name.as_slice() == &p.name[..])
+                .flat_map(|t| t.partitions.iter())
+                .find(|q| q.partition == p.partition)
+                .map_or(-1, |q| q.error_code);
+            let n = p.msgs.len() as u64;
+            self.metrics
+                .queue_add(p.topic, QueueState::AckWait, -(n as i64));
+            self.metrics.inc(Counter::for_ack_error(code));
+            if code == 0 {
+                debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
+                self.metrics.delivered(p.topic, n);
+                self.metrics.add(Counter::MsgDestroy, n);
+                crate::pipeline::free_msgs(p.msgs);
+                continue;
+            }
+            let action = classify(code);
+            if action == ErrorAction::Discard {
+                log::error!(
+                    "broker {}: discarding {n} message(s) of topic [{}] partition {}: {} ({code})",
+                    self.id,
+                    String::from_utf8_lossy(&p.name),
+                    p.partition,
+                    error_name(code)
+                );
+                discards::discard(self.metrics, p.msgs, DiscardReason::KafkaError);
+                continue;
+            }
+            // A failed attempt: count it; past the limit the message is discarded.
+            let (keep, over): (Vec<Msg>, Vec<Msg>) = p
+                .msgs
+                .into_iter()
+                .partition_map_attempts(self.cfg.max_failed_attempts);
+            if !over.is_empty() {
+                log::error!(
+                    "broker {}: discarding {} message(s) of topic [{}] after {} failed attempts (last error {})",
+                    self.id,
+                    over.len(),
+                    String::from_utf8_lossy(&p.name),
+                    self.cfg.max_failed_attempts + 1,
+                    error_name(code)
+                );
+                discards::discard(self.metrics, over, DiscardReason::AttemptLimit);
+            }
+            if keep.is_empty() {
+                continue;
+            }
+            self.metrics
+                .queue_add(p.topic, QueueState::SendWait, keep.len() as i64);
+            let batch = Batch {
+                topic: p.topic,
+                partition: p.partition,
+                msgs: keep,
+            };
+            match action {
+                ErrorAction::Retry => retry.push(batch),
+                ErrorAction::Backoff => backoff.push(batch),
+                _ => reroute.push(batch),
+            }
+            log::warn!(
+                "broker {}: topic [{}] partition {}: {} ({code}); sending again",
+                self.id,
+                String::from_utf8_lossy(&p.name),
+                p.partition,
+                error_name(code)
+            );
+        }
+        give_back(&self.to_router, self.id, ReturnReason::Retry, retry);
+        give_back(&self.to_router, self.id, ReturnReason::Backoff, backoff);
+        give_back(&self.to_router, self.id, ReturnReason::Reroute, reroute);
+    }
+}
+
+/// Counts one more failed attempt on each message and splits off those past the limit.
+trait PartitionAttempts {
+    fn partition_map_attempts(self, max_failed: u32) -> (Vec<Msg>, Vec<Msg>);
+}
+
+impl<I: Iterator<Item = Msg>> PartitionAttempts for I {
+    fn partition_map_attempts(self, max_failed: u32) -> (Vec<Msg>, Vec<Msg>) {
+        let mut keep = Vec::new();
+        let mut over = Vec::new();
+        for mut m in self {
+            m.failed_attempts += 1;
+            if m.failed_attempts > max_failed {
+                over.push(m);
+            } else {
+                keep.push(m);
+            }
+        }
+        (keep, over)
+    }
+}

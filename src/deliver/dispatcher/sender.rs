@@ -1,0 +1,468 @@
+//! The sender thread (`dispatcher-<id>`): connects (with backoff), takes batches from the
+//! router, packs them into Produce requests, writes them and hands each written request to
+//! the connection's ack reader.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select_biased, Receiver, Sender};
+
+use super::acks::Receiver_;
+use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight, Part, Shared};
+use crate::config::policy::CodecName;
+use crate::deliver::backoff::Backoff;
+use crate::kafka::compression::{Codec, Compression};
+use crate::kafka::connection::{ConnError, Connection};
+use crate::kafka::produce::ProduceRequestWriter;
+use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
+use crate::kafka::PRODUCE_VERSIONS;
+use crate::pipeline::{Batch, Outcome, ReturnReason, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
+use crate::report::metrics::{Counter, Metrics, QueueState};
+use crate::report::msg_debug::DebugFile;
+
+/// While encoding a record, how many records ahead to prefetch payload bytes.
+const PREFETCH_AHEAD: usize = 8;
+/// Minimum interval between two log lines about the same broker's connection failures.
+const CONNECT_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+enum SessionEnd {
+    /// The router closed the queue: stop.
+    Closed,
+    /// The connection failed: reconnect.
+    Lost,
+}
+
+/// The sender thread's state (named with a trailing underscore to keep `Sender` for the
+/// channel type).
+pub(super) struct Sender_ {
+    pub(super) id: i32,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) cfg: Arc<DispatcherConfig>,
+    pub(super) metrics: &'static Metrics,
+    pub(super) from_router: Receiver<Batch>,
+    pub(super) to_router: Sender<Outcome>,
+    pub(super) shared: Arc<Shared>,
+    /// Batches taken from the queue but not yet sent.
+    pub(super) carry: VecDeque<Batch>,
+    pub(super) correlation_id: i32,
+    pub(super) buf: Vec<u8>,
+    /// Uncompressed records of a batch being compressed.
+    pub(super) scratch: Vec<u8>,
+    pub(super) zstd_warned: AtomicBool,
+}
+
+impl Sender_ {
+    pub(super) fn run(mut self) {
+        let mut backoff = Backoff::new(self.cfg.reconnect_backoff, self.cfg.reconnect_backoff_max);
+        let mut down_since: Option<Instant> = None;
+        let mut last_log: Option<Instant> = None;
+        loop {
+            if self.shared.aborted() {
+                self.stop();
+                return;
+            }
+            match self.connect() {
+                Ok((conn, version)) => {
+                    backoff.reset();
+                    if let Some(since) = down_since.take() {
+                        log::info!(
+                            "broker {} ({}:{}) reachable again after {:?}",
+                            self.id,
+                            self.host,
+                            self.port,
+                            since.elapsed()
+                        );
+                        self.report(Outcome::Connection {
+                            broker: self.id,
+                            up: true,
+                        });
+                    }
+                    match self.session(conn, version) {
+                        SessionEnd::Closed => {
+                            self.stop();
+                            return;
+                        }
+                        SessionEnd::Lost => {
+                            down_since = Some(Instant::now());
+                            self.report(Outcome::Connection {
+                                broker: self.id,
+                                up: false,
+                            });
+                            let carry: Vec<Batch> = self.carry.drain(..).collect();
+                            give_back(
+                                &self.to_router,
+                                self.id,
+                                ReturnReason::ConnectionLost,
+                                carry,
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    if last_log.is_none_or(|t| t.elapsed() >= CONNECT_LOG_INTERVAL) {
+                        log::warn!(
+                            "broker {} ({}:{}): cannot connect: {e}",
+                            self.id,
+                            self.host,
+                            self.port
+                        );
+                        last_log = Some(Instant::now());
+                    }
+                    if down_since.is_none() {
+                        down_since = Some(Instant::now());
+                        self.report(Outcome::Connection {
+                            broker: self.id,
+                            up: false,
+                        });
+                    }
+                    let carry: Vec<Batch> = self.carry.drain(..).collect();
+                    give_back(
+                        &self.to_router,
+                        self.id,
+                        ReturnReason::ConnectionLost,
+                        carry,
+                    );
+                    // Wait out the backoff, handing back anything routed to us meanwhile.
+                    let until = Instant::now() + backoff.next_delay();
+                    loop {
+                        if self.shared.aborted() {
+                            break;
+                        }
+                        match self.from_router.recv_deadline(until) {
+                            Ok(b) => {
+                                self.taken(1);
+                                give_back(
+                                    &self.to_router,
+                                    self.id,
+                                    ReturnReason::ConnectionLost,
+                                    vec![b],
+                                );
+                            }
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                                self.stop();
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn report(&self, o: Outcome) {
+        let _ = self.to_router.send(o);
+    }
+
+    /// Tells the router `n` batches left its queue.
+    fn taken(&self, n: usize) {
+        if n > 0 {
+            self.report(Outcome::Finished { broker: self.id, n });
+        }
+    }
+
+    /// Stopping: everything not sent goes back to the router.
+    fn stop(&mut self) {
+        let mut left: Vec<Batch> = self.carry.drain(..).collect();
+        let mut n = 0;
+        while let Ok(b) = self.from_router.try_recv() {
+            left.push(b);
+            n += 1;
+        }
+        self.taken(n);
+        give_back(&self.to_router, self.id, ReturnReason::Stopped, left);
+    }
+
+    fn connect(&mut self) -> Result<(Connection, i16), ConnError> {
+        self.metrics.inc(Counter::ConnectorStartConnect);
+        let mut conn = Connection::connect(&self.host, self.port, self.cfg.connect_timeout)
+            .inspect_err(|_| self.metrics.inc(Counter::ConnectorConnectFail))?;
+        self.metrics.inc(Counter::ConnectorConnectSuccess);
+        conn.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
+        let neg = conn.handshake(self.cfg.client_id.as_deref(), self.cfg.socket_timeout)?;
+        let version = crate::kafka::negotiate(
+            PRODUCE_VERSIONS,
+            neg.api_versions.get(crate::kafka::API_KEY_PRODUCE),
+        )
+        .ok_or_else(|| {
+            ConnError::Io(std::io::Error::other(format!(
+                "broker supports no Produce version in {}..={} (Kafka 0.11 or later is required)",
+                PRODUCE_VERSIONS.min, PRODUCE_VERSIONS.max
+            )))
+        })?;
+        Ok((conn, version))
+    }
+
+    /// Runs one connection until it fails or the router closes the queue.
+    fn session(&mut self, conn: Connection, version: i16) -> SessionEnd {
+        let reader = match conn.try_clone() {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("broker {}: {e}", self.id);
+                return SessionEnd::Lost;
+            }
+        };
+        match conn.try_clone() {
+            Ok(c) => self.shared.set_conn(Some(c)),
+            Err(e) => {
+                log::warn!("broker {}: {e}", self.id);
+                return SessionEnd::Lost;
+            }
+        }
+        let mut conn = conn;
+        let (to_acks, from_sender) = bounded::<InFlight>(self.cfg.max_in_flight.saturating_sub(2));
+        let (dead_tx, dead_rx) = bounded::<()>(1);
+        let receiver = Receiver_ {
+            id: self.id,
+            conn: reader,
+            cfg: self.cfg.clone(),
+            metrics: self.metrics,
+            to_router: self.to_router.clone(),
+        };
+        let acks = match std::thread::Builder::new()
+            .name(format!("dispatcher-{}-acks", self.id))
+            .spawn(move || receiver.run(from_sender, dead_tx))
+        {
+            Ok(h) => h,
+            Err(e) => {
+                log::error!("broker {}: cannot start receiver thread: {e}", self.id);
+                self.shared.set_conn(None);
+                return SessionEnd::Lost;
+            }
+        };
+        if self.shared.aborted() {
+            let _ = conn.shutdown();
+        }
+        let end = loop {
+            let first = match self.carry.pop_front() {
+                Some(b) => b,
+                None => {
+                    select_biased! {
+                        recv(dead_rx) -> _ => break SessionEnd::Lost,
+                        recv(self.from_router) -> b => match b {
+                            Ok(b) => {
+                                self.taken(1);
+                                b
+                            }
+                            Err(_) => break SessionEnd::Closed,
+                        },
+                    }
+                }
+            };
+            if dead_rx.try_recv().is_ok() {
+                self.carry.push_front(first);
+                break SessionEnd::Lost;
+            }
+            let parts = self.gather(first);
+            self.correlation_id = self.correlation_id.wrapping_add(1);
+            self.encode(&parts, version);
+            if let Err(e) = conn.send(&self.buf) {
+                log::warn!("broker {}: write failed: {e}", self.id);
+                // Not fully written, so not received: send again elsewhere, no duplicate.
+                for p in parts.into_iter().rev() {
+                    self.carry.push_front(Batch {
+                        topic: p.topic,
+                        partition: p.partition,
+                        msgs: p.msgs,
+                    });
+                }
+                break SessionEnd::Lost;
+            }
+            self.metrics.inc(Counter::SendProduceRequestOk);
+            for p in &parts {
+                debug_log(self.metrics, DebugFile::Send, &p.name, &p.msgs);
+                let n = p.msgs.len() as i64;
+                self.metrics.queue_add(p.topic, QueueState::SendWait, -n);
+                self.metrics.queue_add(p.topic, QueueState::AckWait, n);
+            }
+            let entry = InFlight {
+                correlation_id: self.correlation_id,
+                version,
+                parts,
+            };
+            if let Err(e) = to_acks.send(entry) {
+                // The receiver ended: the connection is gone, and this request was written.
+                let entry = e.into_inner();
+                fail_in_flight(&self.to_router, self.metrics, self.id, entry);
+                break SessionEnd::Lost;
+            }
+        };
+        drop(to_acks);
+        if matches!(end, SessionEnd::Lost) {
+            let _ = conn.shutdown();
+        }
+        if acks.join().is_err() {
+            log::error!("broker {}: receiver thread panicked", self.id);
+        }
+        self.shared.set_conn(None);
+        end
+    }
+
+    /// Takes more queued batches after `first` while they fit in one request.
+    fn gather(&mut self, first: Batch) -> Vec<Part> {
+        let mut parts: Vec<Part> = Vec::new();
+        let mut data = 0usize;
+        let mut next = Some(first);
+        while let Some(b) = next.take() {
+            let bytes = b.payload_bytes();
+            let kafka = b.msgs.len() * KAFKA_MSG_OVERHEAD + bytes;
+            if !parts.is_empty() && data + bytes > self.cfg.request_data_limit {
+                self.carry.push_front(b);
+                break;
+            }
+            match parts
+                .iter_mut()
+                .find(|p| p.topic == b.topic && p.partition == b.partition)
+            {
+                Some(p) => {
+                    if p.kafka_bytes + kafka + RECORD_BATCH_OVERHEAD > self.cfg.message_max_bytes {
+                        // Would make the partition's record batch too large for the broker.
+                        self.carry.push_front(b);
+                        break;
+                    }
+                    p.kafka_bytes += kafka;
+                    p.msgs.extend(b.msgs);
+                }
+                None => parts.push(Part {
+                    topic: b.topic,
+                    name: self.metrics.topic_name(b.topic),
+                    partition: b.partition,
+                    msgs: b.msgs,
+                    kafka_bytes: kafka,
+                }),
+            }
+            data += bytes;
+            if data >= self.cfg.request_data_limit {
+                break;
+            }
+            next = self.carry.pop_front().or_else(|| {
+                let b = self.from_router.try_recv().ok();
+                if b.is_some() {
+                    self.taken(1);
+                }
+                b
+            });
+        }
+        // Group by topic for the request layout.
+        parts.sort_by(|a, b| a.name.cmp(&b.name).then(a.partition.cmp(&b.partition)));
+        parts
+    }
+
+    /// The compression for one partition's records: the topic's codec when the record set
+    /// reaches its `min_size` (Σ key + value + 26, Dory's rule) and the broker can read it.
+    fn compression_for(&self, p: &Part, version: i16) -> Compression {
+        let c = self.cfg.policies.for_topic(&p.name).compression;
+        let codec = match c.codec {
+            CodecName::None => return Compression::NONE,
+            CodecName::Gzip => Codec::Gzip,
+            CodecName::Snappy => Codec::Snappy,
+            CodecName::Lz4 => Codec::Lz4,
+            CodecName::Zstd => Codec::Zstd,
+        };
+        if p.kafka_bytes < c.min_size {
+            self.metrics.inc(Counter::MsgSetCompressionNo);
+            return Compression::NONE;
+        }
+        if version < codec.min_produce_version() {
+            self.metrics.inc(Counter::MsgSetZstdUnsupportedByBroker);
+            if !self.zstd_warned.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "broker {}: topic [{}] is configured for {} but the broker speaks Produce v{version} (v{} needed); sending uncompressed",
+                    self.id,
+                    String::from_utf8_lossy(&p.name),
+                    codec.name(),
+                    codec.min_produce_version()
+                );
+            }
+            return Compression::NONE;
+        }
+        Compression::new(codec, c.level).unwrap_or(Compression { codec, level: None })
+    }
+
+    fn encode(&mut self, parts: &[Part], version: i16) {
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.encode_into(parts, version, &mut buf, &mut scratch);
+        self.buf = buf;
+        self.scratch = scratch;
+    }
+
+    fn encode_into(
+        &mut self,
+        parts: &[Part],
+        version: i16,
+        buf: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) {
+        buf.clear();
+        let topic_count = parts
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| *i == 0 || parts[i - 1].name != p.name)
+            .count();
+        let mut w = ProduceRequestWriter::begin(
+            buf,
+            version,
+            self.correlation_id,
+            self.cfg.client_id.as_deref(),
+            self.cfg.acks,
+            self.cfg.replication_timeout_ms,
+            topic_count,
+        );
+        let mut i = 0;
+        while i < parts.len() {
+            let j = parts[i..]
+                .iter()
+                .position(|p| p.name != parts[i].name)
+                .map_or(parts.len(), |k| i + k);
+            w.begin_topic(buf, &parts[i].name, j - i);
+            for p in &parts[i..j] {
+                w.begin_partition(buf, p.partition);
+                let base_ts = p.msgs.first().map_or(0, |m| m.timestamp);
+                let compression = self.compression_for(p, version);
+                let mut rb = RecordBatchWriter::begin_with(buf, base_ts, compression, scratch);
+                for (i, m) in p.msgs.iter().enumerate() {
+                    if let Some(ahead) = p.msgs.get(i + PREFETCH_AHEAD) {
+                        ahead.payload.prefetch();
+                    }
+                    let k = m.key_len();
+                    let v = m.value_len();
+                    // An empty key goes out as a null key, as Dory does.
+                    let key_len = (k > 0).then_some(k);
+                    let target = rb.records_buf(buf, scratch);
+                    rb.append_parts(
+                        target,
+                        m.timestamp,
+                        key_len,
+                        Some(v),
+                        |b| m.payload.copy_to(0, k, b),
+                        |b| m.payload.copy_to(k, v, b),
+                    );
+                }
+                let threshold = u32::from(self.cfg.policies.size_threshold_percent);
+                match rb.finish_compressed(buf, scratch, threshold) {
+                    CompressionOutcome::Uncompressed => {}
+                    CompressionOutcome::Compressed { .. } => {
+                        self.metrics.inc(Counter::MsgSetCompressionYes)
+                    }
+                    CompressionOutcome::NotCompressible { .. } => {
+                        self.metrics.inc(Counter::MsgSetNotCompressible)
+                    }
+                    CompressionOutcome::Error(e) => {
+                        self.metrics.inc(Counter::MsgSetCompressionError);
+                        log::error!(
+                            "broker {}: compression failed, sent uncompressed: {e}",
+                            self.id
+                        );
+                    }
+                }
+                w.end_partition(buf);
+            }
+            i = j;
+        }
+        w.finish(buf);
+    }
+}

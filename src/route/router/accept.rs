@@ -1,0 +1,278 @@
+//! Taking messages in: the topic slot and cluster view of a topic, the size, rate-limit and
+//! availability checks, partition choice for keyed messages, and holding messages of an
+//! unknown topic while it is looked up.
+
+use super::{Lookup, Open, Router, TopicSlot, NO_LIMITS};
+use crate::config::policy::{BatchAction, Partitioner, TopicPolicy};
+use crate::pipeline::{Msg, KAFKA_MSG_OVERHEAD};
+use crate::report::metrics::{DiscardReason, QueueState, TopicId};
+use crate::report::msg_debug::DebugFile;
+use crate::route::batcher::OpenBatch;
+use crate::route::cluster::TopicView;
+use crate::route::partitioner::java_partition;
+use crate::route::rate_limit::RateLimiter;
+use std::time::Instant;
+
+impl Router {
+    pub(super) fn slot(&mut self, t: TopicId) -> &mut TopicSlot {
+        let i = t as usize;
+        if self.topics.len() <= i {
+            self.topics.resize_with(i + 1, TopicSlot::default);
+        }
+        &mut self.topics[i]
+    }
+
+    /// The topic's current view, refreshed from the cluster if it changed.
+    pub(super) fn view(&mut self, t: TopicId) -> Option<&TopicView> {
+        let generation = self.cluster.generation;
+        let metrics = self.metrics;
+        let i = t as usize;
+        if self.topics.len() <= i {
+            self.topics.resize_with(i + 1, TopicSlot::default);
+        }
+        let slot = &mut self.topics[i];
+        if slot.generation != generation || slot.view.is_none() {
+            let name = slot.name.get_or_insert_with(|| metrics.topic_name(t));
+            slot.view = self.cluster.topics.get(&**name).cloned();
+            slot.generation = generation;
+        }
+        slot.view.as_ref()
+    }
+
+    pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>) {
+        let now = Instant::now();
+        for m in msgs.drain(..) {
+            self.accept(m, now);
+        }
+        // Full (inputs are not taking them): let it go.
+        let _ = self.ch.spare_batches.try_send(msgs);
+    }
+
+    /// Validates a new message and batches it (or holds it while its topic is looked up).
+    pub(super) fn accept(&mut self, m: Msg, now: Instant) {
+        let t = m.topic;
+        self.metrics.queue_add(t, QueueState::New, -1);
+        if let Some(l) = self.slot(t).lookup.as_mut() {
+            l.msgs.push(m);
+            self.metrics.queue_add(t, QueueState::New, 1);
+            return;
+        }
+        if !self.have_metadata {
+            self.hold_for_lookup(m, now);
+            return;
+        }
+        if self.view(t).is_none() {
+            if self.slot(t).bad_until.is_some_and(|u| now < u) {
+                self.discard_msgs(vec![m], DiscardReason::BadTopic);
+            } else {
+                self.hold_for_lookup(m, now);
+            }
+            return;
+        }
+        if m.payload.len() + KAFKA_MSG_OVERHEAD > self.cfg.batching.message_max_bytes {
+            let name = self.metrics.topic_name(t);
+            let mut sample = Vec::with_capacity(m.value_len().min(256));
+            m.payload
+                .copy_to(m.key_len(), m.value_len().min(256), &mut sample);
+            self.metrics.too_long_sample(&name, &sample);
+            self.discard_msgs(vec![m], DiscardReason::TooLong);
+            return;
+        }
+        self.route_new(m, now);
+    }
+
+    /// The topic's policy, resolved from the config once.
+    pub(super) fn policy(&mut self, t: TopicId) -> TopicPolicy {
+        if let Some(p) = self.slot(t).policy {
+            return p;
+        }
+        let cfg = self.cfg.clone();
+        let metrics = self.metrics;
+        let slot = self.slot(t);
+        let name = slot
+            .name
+            .get_or_insert_with(|| metrics.topic_name(t))
+            .clone();
+        let p = cfg.policies.for_topic(&name);
+        slot.policy = Some(p);
+        slot.limiter = p
+            .rate_limit
+            .map(|r| RateLimiter::new(r.interval, r.max_count));
+        p
+    }
+
+    /// The partition a message must go to, if its key decides it: PartitionKey messages
+    /// by Dory's rule, AnyPartition messages with a key under the murmur2 partitioner as
+    /// the Java client would. `None`: any partition (round robin).
+    pub(super) fn keyed_partition(
+        &mut self,
+        t: TopicId,
+        m: &Msg,
+        policy: &TopicPolicy,
+    ) -> Option<i32> {
+        if let Some(k) = m.partition_key {
+            return self.view(t)?.partition_for_key(k);
+        }
+        if policy.partitioner != Partitioner::Murmur2 || m.key_len() == 0 {
+            return None;
+        }
+        let count = self.view(t)?.partition_count;
+        self.scratch.clear();
+        m.payload.copy_to(0, m.key_len(), &mut self.scratch);
+        let p = java_partition(&self.scratch, count)?;
+        self.view(t)?.usable_at_or_after(i32::try_from(p).ok()?)
+    }
+
+    /// Batches a validated message for a known topic.
+    pub(super) fn route_new(&mut self, m: Msg, now: Instant) {
+        let t = m.topic;
+        match self.view(t) {
+            None => {
+                self.hold_for_lookup(m, now);
+                return;
+            }
+            Some(v) if !v.has_usable() => {
+                self.discard_msgs(vec![m], DiscardReason::NoAvailablePartitions);
+                return;
+            }
+            Some(_) => {}
+        }
+        let policy = self.policy(t);
+        if let Some(l) = self.topics[t as usize].limiter.as_mut() {
+            if !l.allow(m.arrival) {
+                self.discard_msgs(vec![m], DiscardReason::RateLimit);
+                return;
+            }
+        }
+        self.debug_log(DebugFile::Receive, &m);
+        let partition = self.keyed_partition(t, &m, &policy);
+        let limits = match policy.batching.action {
+            BatchAction::PerTopic => policy.batching.limits,
+            BatchAction::CombinedTopics if self.cfg.policies.combined.is_some() => {
+                self.add_combined(m, partition, now);
+                return;
+            }
+            BatchAction::CombinedTopics | BatchAction::Disable => NO_LIMITS,
+        };
+        let key = (t, partition);
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        self.metrics.queue_add(t, QueueState::Batch, 1);
+        let open = self.batches.entry(key).or_insert_with(|| Open {
+            batch: OpenBatch::default(),
+            limits,
+        });
+        let was_empty = open.batch.is_empty();
+        let emit = open.batch.add(m, &limits, max_kafka, now);
+        if was_empty || open.batch.is_empty() {
+            if let Some(d) = open.batch.deadline(&limits) {
+                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
+            }
+        }
+        if let Some(msgs) = emit.batch {
+            self.emit(key, msgs);
+        }
+        if let Some(m) = emit.alone {
+            self.emit(key, vec![m]);
+        }
+    }
+
+    /// Adds a message to the combined-topics batch of its destination broker.
+    pub(super) fn add_combined(&mut self, m: Msg, partition: Option<i32>, now: Instant) {
+        let t = m.topic;
+        let partition = partition.or_else(|| self.round_robin(t));
+        let Some(broker) = partition.and_then(|p| self.view(t)?.leader_of(p)) else {
+            self.discard_msgs(vec![m], DiscardReason::NoAvailablePartitions);
+            return;
+        };
+        let limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        self.metrics.queue_add(t, QueueState::Batch, 1);
+        let open = self.combined.entry(broker).or_default();
+        let was_empty = open.is_empty();
+        let emit = open.add(m, &limits, max_kafka, now);
+        if was_empty || open.is_empty() {
+            if let Some(d) = open.deadline(&limits) {
+                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
+            }
+        }
+        if let Some(msgs) = emit.batch {
+            self.emit_combined(broker, msgs);
+        }
+        if let Some(m) = emit.alone {
+            self.emit_combined(broker, vec![m]);
+        }
+    }
+
+    /// A completed combined-topics batch for `broker`: keyed messages go to their
+    /// partitions; each topic's other messages share one partition led by that broker
+    /// (rotating per batch, as Dory's connectors do per request).
+    pub(super) fn emit_combined(&mut self, broker: i32, msgs: Vec<Msg>) {
+        let mut groups: Vec<(TopicId, Option<i32>, Vec<Msg>)> = Vec::new();
+        for m in msgs {
+            let t = m.topic;
+            let policy = self.policy(t);
+            let p = self.keyed_partition(t, &m, &policy);
+            match groups.iter_mut().find(|(gt, gp, _)| *gt == t && *gp == p) {
+                Some((_, _, v)) => v.push(m),
+                None => groups.push((t, p, vec![m])),
+            }
+        }
+        for (t, p, msgs) in groups {
+            let p = p.or_else(|| self.partition_led_by(t, broker));
+            self.emit((t, p), msgs);
+        }
+    }
+
+    /// The next usable partition of `t` led by `broker`, rotating.
+    pub(super) fn partition_led_by(&mut self, t: TopicId, broker: i32) -> Option<i32> {
+        self.view(t)?;
+        let slot = &mut self.topics[t as usize];
+        let view = slot.view.as_ref()?;
+        let led: Vec<i32> = view
+            .usable
+            .iter()
+            .map(|&i| &view.partitions[i])
+            .filter(|p| p.leader == broker)
+            .map(|p| p.id)
+            .collect();
+        if led.is_empty() {
+            return None;
+        }
+        slot.rr_combined = slot.rr_combined.wrapping_add(1);
+        Some(led[slot.rr_combined % led.len()])
+    }
+
+    pub(super) fn debug_log(&mut self, file: DebugFile, m: &Msg) {
+        let Some(d) = self.metrics.msg_debug().filter(|d| d.active()) else {
+            return;
+        };
+        let name = self.metrics.topic_name(m.topic);
+        if !d.enabled_for(&name) {
+            return;
+        }
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        m.payload.copy_to(0, m.key_len(), &mut key);
+        m.payload.copy_to(m.key_len(), m.value_len(), &mut value);
+        d.log(file, m.timestamp, &name, &key, &value);
+    }
+
+    /// Holds a message until its topic's metadata is known. Before the first metadata
+    /// arrives it just waits; after, the topic is looked up (and maybe auto-created).
+    pub(super) fn hold_for_lookup(&mut self, m: Msg, now: Instant) {
+        let t = m.topic;
+        let ask = self.have_metadata;
+        self.metrics.queue_add(t, QueueState::New, 1);
+        let slot = self.slot(t);
+        match slot.lookup.as_mut() {
+            Some(l) => l.msgs.push(m),
+            None => {
+                slot.lookup = Some(Lookup {
+                    asked_at: None,
+                    next_try: ask.then_some(now),
+                    answer_seq: 0,
+                    msgs: vec![m],
+                })
+            }
+        }
+    }
+}
