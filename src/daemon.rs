@@ -21,7 +21,7 @@ use crate::pipeline::{
 use crate::pool::{Pool, PoolError};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::report::status::StatusControl;
-use crate::route::router::RouterChannels;
+use crate::route::{Router, RouterChannels};
 
 /// Start-up failures; each ends the process with exit status 1.
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +209,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                     }
                 }
                 let _done = Done(router_done_tx);
-                crate::route::router::Router::new(
+                Router::new(
                     cfg,
                     metrics,
                     RouterChannels {

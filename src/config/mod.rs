@@ -3,6 +3,13 @@
 //!
 //! Raw serde structs mirror the file (every key optional, `deny_unknown_fields`, so a typo
 //! names the bad key); [`Config::from_parts`] applies flag overrides and validates.
+//! Per-topic batching, compression, rate limits and partitioners are in [`policy`]; what
+//! both need (the start-up error, byte sizes, batch limits) is in `values.rs`, which
+//! imports neither, so the two do not import each other.
+//!
+//! Channels: none; [`Config`] is built once at start and each role is given its slice.
+//!
+//! Imports: no role of dory. Every role may import it.
 
 pub mod policy;
 mod values;

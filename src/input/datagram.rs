@@ -332,7 +332,7 @@ impl BusyPoll {
     }
 
     /// Whether to poll again, at `now`, after a receive found the queue empty.
-    pub fn keep_polling(&mut self, now: Instant) -> bool {
+    pub(crate) fn keep_polling(&mut self, now: Instant) -> bool {
         let (Some(arrival), Some(backlog)) = (self.last_arrival, self.last_backlog) else {
             return false;
         };
@@ -372,7 +372,7 @@ fn full_queue_len() -> usize {
 
 /// What the start-up datagram check found (reference §1.8).
 #[derive(Debug, PartialEq, Eq)]
-pub enum DatagramCheck {
+pub(crate) enum DatagramCheck {
     /// Clients can send datagrams of the configured maximum with default buffers.
     Ok,
     /// Only with a raised `SO_SNDBUF` on the client side.
@@ -383,7 +383,7 @@ pub enum DatagramCheck {
 
 /// Sends one datagram of `max_msg_size` bytes over a socket pair to learn whether
 /// clients can send messages that large.
-pub fn check_datagram_size(max_msg_size: usize) -> DatagramCheck {
+pub(crate) fn check_datagram_size(max_msg_size: usize) -> DatagramCheck {
     let (a, b) = match UnixDatagram::pair() {
         Ok(p) => p,
         Err(e) => return DatagramCheck::TooLarge(e.to_string()),

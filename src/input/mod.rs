@@ -1,6 +1,14 @@
 //! Inputs: the sockets clients write to. One thread per socket (and one per stream
 //! connection); each decodes Dory's client format, counts every message it receives,
 //! copies accepted ones into the pool and hands them to the router in batches.
+//!
+//! Channels: writes `Vec<Msg>` batches to the router and takes emptied ones back for reuse
+//! (types and capacities in [`crate::pipeline`]); reads a stop flag from the supervisor.
+//!
+//! Imports: settings, the pipeline types, the pool, [`crate::fasthash`] and
+//! [`crate::report`] (counting what it receives and discards). Never [`crate::kafka`],
+//! [`crate::route`] or [`crate::deliver`]: an input knows nothing of Kafka. [`wire`] (the
+//! client format) is also used by `dory send` and the fuzz targets.
 
 pub mod datagram;
 pub mod stream;

@@ -5,6 +5,11 @@
 //! Reading order: `primitives` (wire types) → `frame` (size prefix and headers) →
 //! `api_versions`, `metadata`, `produce`, `record_batch` (one file per message) → `errors`
 //! (codes and retry policy) → `connection` (TCP and the version handshake).
+//!
+//! Channels: none; callers (the router's metadata fetcher, the dispatchers) call it.
+//!
+//! Imports: no role of dory (nothing from `crate::` outside `kafka`), so it can be read,
+//! tested and fuzzed on its own.
 
 pub mod api_versions;
 pub mod compression;

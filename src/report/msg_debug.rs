@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Reply to requests when message debug logging is not configured.
-pub const NOT_CONFIGURED: &str =
+pub(crate) const NOT_CONFIGURED: &str =
     "Message debug logging is not configured: set its directory in the config to use /msg_debug\n";
 
 /// Which of the three files a line goes to.
@@ -43,7 +43,7 @@ impl DebugFile {
 
 /// The HTTP status and text body of a `/msg_debug/...` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpReply {
+pub(crate) struct HttpReply {
     pub status: u16,
     pub body: String,
 }
@@ -108,10 +108,6 @@ impl MsgDebug {
         }
     }
 
-    pub fn is_configured(&self) -> bool {
-        self.config.is_some()
-    }
-
     /// Whether any topic is being logged now: one relaxed atomic load, for hot paths to
     /// skip even looking up the topic's name.
     pub fn active(&self) -> bool {
@@ -135,7 +131,7 @@ impl MsgDebug {
     }
 
     /// `log` with the current time given (for the time limit).
-    pub fn log_at(
+    pub(crate) fn log_at(
         &self,
         now: Instant,
         file: DebugFile,
@@ -186,7 +182,7 @@ impl MsgDebug {
     /// string is ignored; the topic is percent-decoded). `None` if the path is not one of
     /// the `/msg_debug/` endpoints. Replies 200 with Dory's texts; 403 `NOT_CONFIGURED` if
     /// message debug logging is not configured; 400 for a malformed percent escape.
-    pub fn handle_http(&self, path: &str) -> Option<HttpReply> {
+    pub(crate) fn handle_http(&self, path: &str) -> Option<HttpReply> {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let action = path.strip_prefix("/msg_debug/")?;
         let (action, topic) = match action.split_once('/') {
@@ -233,7 +229,7 @@ impl MsgDebug {
     }
 
     /// `/msg_debug/get_topics`.
-    pub fn get_topics(&self) -> String {
+    pub(crate) fn get_topics(&self) -> String {
         match &self.lock().selection {
             Selection::All => "All message debug topics are currently enabled\n".to_owned(),
             Selection::Nothing => "No message debug topics are currently enabled\n".to_owned(),
@@ -245,7 +241,7 @@ impl MsgDebug {
     }
 
     /// `/msg_debug/add_all_topics`: logs every topic, starting an episode if none runs.
-    pub fn add_all_topics(&self) -> String {
+    pub(crate) fn add_all_topics(&self) -> String {
         let mut inner = self.lock();
         let previous = std::mem::replace(&mut inner.selection, Selection::All);
         match self.ensure_running(&mut inner) {
@@ -258,7 +254,7 @@ impl MsgDebug {
     }
 
     /// `/msg_debug/del_all_topics`: selects nothing and stops logging.
-    pub fn del_all_topics(&self) -> String {
+    pub(crate) fn del_all_topics(&self) -> String {
         let mut inner = self.lock();
         inner.selection = Selection::Nothing;
         self.stop(&mut inner);
@@ -267,7 +263,7 @@ impl MsgDebug {
 
     /// `/msg_debug/add_topic/<topic>`: fails if the topic is already selected or all
     /// topics are; otherwise selects it, starting an episode if none runs.
-    pub fn add_topic(&self, topic: &[u8]) -> String {
+    pub(crate) fn add_topic(&self, topic: &[u8]) -> String {
         let shown = String::from_utf8_lossy(topic);
         let mut inner = self.lock();
         let mut set = match &inner.selection {
@@ -291,7 +287,7 @@ impl MsgDebug {
 
     /// `/msg_debug/del_topic/<topic>`: fails if the topic is not selected or all topics
     /// are; removing the last topic stops logging.
-    pub fn del_topic(&self, topic: &[u8]) -> String {
+    pub(crate) fn del_topic(&self, topic: &[u8]) -> String {
         let shown = String::from_utf8_lossy(topic);
         let mut inner = self.lock();
         let Selection::Topics(set) = &mut inner.selection else {
@@ -308,7 +304,7 @@ impl MsgDebug {
     }
 
     /// `/msg_debug/truncate_files`: empties the three files; logging goes on.
-    pub fn truncate_files(&self) -> String {
+    pub(crate) fn truncate_files(&self) -> String {
         let Some(config) = &self.config else {
             return NOT_CONFIGURED.to_owned();
         };

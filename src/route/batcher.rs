@@ -42,6 +42,7 @@ impl OpenBatch {
         self.msgs.is_empty()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.msgs.len()
     }

@@ -14,14 +14,16 @@
 //! [`crate::kafka`] (metadata, in the fetcher). Never [`crate::input`]: inputs only reach
 //! the router through the channel.
 //!
-//! Reading order: [`router`] (with its `router/` parts), [`batcher`], [`cluster`],
-//! [`partitioner`], [`rate_limit`], [`fetcher`].
+//! Reading order: [`router`] (with its parts in `router/`), then the pure decision logic it
+//! uses, private to this role: `batcher.rs` (when a batch is complete), `cluster.rs` (the
+//! cluster view and partition choice), `partitioner.rs` (Java's murmur2 key partitioner),
+//! `rate_limit.rs`; and [`fetcher`], the metadata thread.
 
-pub mod batcher;
-pub mod cluster;
+mod batcher;
+mod cluster;
 pub mod fetcher;
-pub mod partitioner;
-pub mod rate_limit;
+mod partitioner;
+mod rate_limit;
 pub mod router;
 
 pub use router::{Router, RouterChannels};

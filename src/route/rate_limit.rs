@@ -33,14 +33,6 @@ impl RateLimiter {
         }
     }
 
-    pub fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    pub fn max_count(&self) -> u64 {
-        self.max_count
-    }
-
     /// Counts a message created at `now` and tells whether it may pass.
     pub fn allow(&mut self, now: Instant) -> bool {
         match self.window_start {
@@ -72,6 +64,7 @@ impl RateLimiter {
     }
 
     /// Start of the current window, once a message has been checked.
+    #[cfg(test)]
     pub fn window_start(&self) -> Option<Instant> {
         self.window_start
     }

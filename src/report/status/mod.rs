@@ -139,7 +139,7 @@ fn serve(
 
 /// One HTTP response, before it is written.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
@@ -165,7 +165,13 @@ impl Reply {
 
 /// Routes one request (`url` may carry a query string, which is ignored); `now_ms` is the
 /// request time in milliseconds since the epoch.
-pub fn handle(m: &Metrics, control: &StatusControl, method: &str, url: &str, now_ms: u64) -> Reply {
+pub(crate) fn handle(
+    m: &Metrics,
+    control: &StatusControl,
+    method: &str,
+    url: &str,
+    now_ms: u64,
+) -> Reply {
     m.inc(Counter::MongooseHttpRequest);
     let path = url.split('?').next().unwrap_or(url);
     match method {
