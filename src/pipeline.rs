@@ -7,13 +7,15 @@
 //!   │                    ▲  ▲                 │
 //!   │                    │  └──Outcome────────┘  (retry / reroute; delivered and discarded
 //!   │                    │                         messages are counted where they end)
-//!   │                    └──MetaResponse── metadata fetcher ◀──MetaRequest── router
+//!   │                    └──FetchResponse── metadata fetcher ◀──FetchRequest── router
+//!   │                       (metadata, and producer ids for the idempotent producer)
 //!   └── supervisor: signals, Control::Shutdown to the router, stop flags to inputs
 //! ```
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::deliver::idempotence::{IdRequest, PartKey, Sealable, Seq};
 use crate::pool::Lease;
 use crate::report::metrics::TopicId;
 
@@ -83,17 +85,61 @@ pub fn free_msgs(msgs: Vec<Msg>) {
     pool.free_many(msgs.into_iter().map(|m| m.payload));
 }
 
+/// Counts one more failed attempt on each message and splits off those past
+/// `max_failed` attempts: (to send again, to discard as `attempt_limit`).
+pub fn count_failed_attempt(msgs: Vec<Msg>, max_failed: u32) -> (Vec<Msg>, Vec<Msg>) {
+    let mut keep = Vec::new();
+    let mut over = Vec::new();
+    for mut m in msgs {
+        m.failed_attempts += 1;
+        if m.failed_attempts > max_failed {
+            over.push(m);
+        } else {
+            keep.push(m);
+        }
+    }
+    (keep, over)
+}
+
 /// Messages bound for one partition of one topic.
 #[derive(Debug)]
 pub struct Batch {
     pub topic: TopicId,
     pub partition: i32,
     pub msgs: Vec<Msg>,
+    /// With idempotence: the producer id, epoch and base sequence the batch was sealed
+    /// with. A sealed batch goes out as one record batch, never merged or split.
+    pub seq: Option<Seq>,
 }
 
 impl Batch {
+    /// A batch not sealed (yet).
+    pub fn new(topic: TopicId, partition: i32, msgs: Vec<Msg>) -> Batch {
+        Batch {
+            topic,
+            partition,
+            msgs,
+            seq: None,
+        }
+    }
+
     pub fn payload_bytes(&self) -> usize {
         self.msgs.iter().map(|m| m.payload.len()).sum()
+    }
+}
+
+impl Sealable for Batch {
+    fn part(&self) -> PartKey {
+        (self.topic, self.partition)
+    }
+    fn records(&self) -> usize {
+        self.msgs.len()
+    }
+    fn seq(&self) -> Option<Seq> {
+        self.seq
+    }
+    fn set_seq(&mut self, seq: Option<Seq>) {
+        self.seq = seq;
     }
 }
 
@@ -110,6 +156,9 @@ pub enum ReturnReason {
     ConnectionLost,
     /// The dispatcher is stopping (shutdown) with these still unsent or unacknowledged.
     Stopped,
+    /// A sealed batch (idempotence) the broker answered with error `code`: the router
+    /// decides, because the partition's sequence depends on it. No attempt is counted yet.
+    Rejected { code: i16 },
 }
 
 /// Dispatcher → router.
@@ -125,6 +174,9 @@ pub enum Outcome {
     Connection { broker: i32, up: bool },
     /// The dispatcher finished `n` batches (acknowledged or discarded): room in its queue.
     Finished { broker: i32, n: usize },
+    /// Sealed batches acknowledged (delivered, or recognised as duplicates): each
+    /// partition's identity and record count, so the router can move its window.
+    Acked { acks: Vec<(PartKey, Seq, usize)> },
 }
 
 /// Router → metadata fetcher.
@@ -142,6 +194,30 @@ pub struct MetaRequest {
 pub struct MetaResponse {
     pub request: MetaRequest,
     pub result: Result<crate::kafka::MetadataResponse, String>,
+}
+
+/// Router → metadata fetcher: what to fetch.
+#[derive(Debug, Clone)]
+pub enum FetchRequest {
+    Metadata(MetaRequest),
+    /// InitProducerId for the idempotent producer.
+    ProducerId(IdRequest),
+}
+
+/// Metadata fetcher → router.
+#[derive(Debug)]
+pub enum FetchResponse {
+    Metadata(MetaResponse),
+    ProducerId(Result<(i64, i16), ProducerIdError>),
+}
+
+/// Why no producer id came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProducerIdError {
+    /// The cluster cannot do idempotence (too old, or not permitted): fall back.
+    Unsupported(String),
+    /// Try again later (no broker reachable, coordinator loading, ...).
+    Transient(String),
 }
 
 /// Supervisor → router.

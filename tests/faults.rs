@@ -73,6 +73,8 @@ struct Settings {
     shutdown_max_delay_ms: u64,
     socket_timeout_ms: Option<u64>,
     msg_buffer_max: Option<u64>,
+    /// `kafka.idempotence` (dory's default is on).
+    idempotence: bool,
 }
 
 impl Default for Settings {
@@ -84,6 +86,7 @@ impl Default for Settings {
             shutdown_max_delay_ms: 2000,
             socket_timeout_ms: None,
             msg_buffer_max: None,
+            idempotence: true,
         }
     }
 }
@@ -97,8 +100,9 @@ impl Settings {
         if let Some(n) = self.max_failed_attempts {
             let _ = writeln!(s, "max_failed_delivery_attempts = {n}");
         }
+        let _ = writeln!(s, "[kafka]\nidempotence = {}", self.idempotence);
         if let Some(ms) = self.socket_timeout_ms {
-            let _ = writeln!(s, "[kafka]\nsocket_timeout_ms = {ms}");
+            let _ = writeln!(s, "socket_timeout_ms = {ms}");
         }
         s
     }
@@ -408,6 +412,10 @@ struct TopicTally {
     possible_duplicates: u64,
     consumed_unique: u64,
     duplicates: u64,
+    /// Of `duplicates`: copies stored under the same producer id, epoch and sequence number
+    /// as the first, i.e. a resend a Kafka broker recognises and drops (the mock does not
+    /// check the sequences of non-transactional producers, so it stores them).
+    same_sequence: u64,
     /// sent − consumed_unique − Σ discarded (negative: consumed and also counted discarded).
     gap: i64,
 }
@@ -563,6 +571,11 @@ impl Scenario {
                 check_records(topic, &got, &by_id, &expect.vanishing_brokers);
             problems.extend(record_problems);
             post(topic, &got, &mut problems);
+            let same_sequence = if self.settings.idempotence {
+                same_sequence_copies(&bootstrap, topic, &mut problems)
+            } else {
+                0
+            };
             let consumed_unique = counts.len() as u64;
             let records = got.len() as u64;
             let discards = fin.discards_of(topic);
@@ -574,6 +587,7 @@ impl Scenario {
                 possible_duplicates: fin.possible_duplicates(topic),
                 consumed_unique,
                 duplicates: records - consumed_unique,
+                same_sequence,
                 gap: sent as i64 - consumed_unique as i64 - discarded as i64,
                 discards,
             };
@@ -611,6 +625,39 @@ impl Scenario {
             panic!("{report}");
         }
     }
+}
+
+/// Reads `topic`'s stored batches (raw Fetch) and counts the records beyond the first copy
+/// of each message id that carry the first copy's producer id, epoch and sequence number:
+/// resends a Kafka broker would have recognised and dropped. A copy under another identity
+/// is a real duplicate and is left to the possible-duplicate check.
+fn same_sequence_copies(bootstrap: &str, topic: &str, problems: &mut Vec<String>) -> u64 {
+    let mut first: HashMap<u32, (i64, i16, i64)> = HashMap::new();
+    let mut same = 0;
+    for b in fetch_topic(bootstrap, topic) {
+        if b.producer_id < 0 {
+            problems.push(format!(
+                "{topic}/p{}@{}: batch without a producer id under idempotence",
+                b.partition, b.base_offset
+            ));
+            continue;
+        }
+        for r in &b.records {
+            let Some(id) = value_id(r.value.as_deref().unwrap_or_default()) else {
+                continue;
+            };
+            let seq = i64::from(b.base_sequence) + (r.offset - b.base_offset);
+            let identity = (b.producer_id, b.producer_epoch, seq);
+            match first.get(&id) {
+                None => {
+                    first.insert(id, identity);
+                }
+                Some(f) if *f == identity => same += 1,
+                Some(_) => {}
+            }
+        }
+    }
+    same
 }
 
 /// Keeps the daemon's output of every scenario in `<target>/faults-logs/<scenario>.log`.
@@ -730,7 +777,7 @@ fn check_tally(
             t.sent, t.consumed_unique, t.discards, t.possible_duplicates, t.duplicates
         ));
     }
-    if t.duplicates > t.possible_duplicates {
+    if t.duplicates - t.same_sequence.min(t.duplicates) > t.possible_duplicates {
         let dup_ids: Vec<u32> = counts
             .iter()
             .filter(|(_, &n)| n > 1)
@@ -738,9 +785,9 @@ fn check_tally(
             .take(15)
             .collect();
         problems.push(format!(
-            "{topic}: {} consumed duplicate(s) but only {} counted as possible duplicates \
-             (ids {dup_ids:?})",
-            t.duplicates, t.possible_duplicates
+            "{topic}: {} consumed duplicate(s) ({} of them same-sequence resends) but only {} \
+             counted as possible duplicates (ids {dup_ids:?})",
+            t.duplicates, t.same_sequence, t.possible_duplicates
         ));
     }
     if expect.no_duplicates && t.duplicates > 0 {
@@ -832,12 +879,13 @@ fn summary(
         .join(",");
     format!(
         "FAULTS {name}: sent={} delivered={} discarded={{{reasons}}} possible_duplicates={} \
-         consumed_unique={} duplicates={} lost={lost}{} ({:.1}s){}{} => {}",
+         consumed_unique={} duplicates={} same_sequence_resends={} lost={lost}{} ({:.1}s){}{} => {}",
         sum(|t| t.sent),
         sum(|t| t.delivered),
         sum(|t| t.possible_duplicates),
         sum(|t| t.consumed_unique),
         sum(|t| t.duplicates),
+        sum(|t| t.same_sequence),
         if overlap > 0 {
             format!(" consumed_and_discarded={overlap}")
         } else {
@@ -1181,11 +1229,24 @@ fn attempt_limit_boundary_is_exact() {
 /// not count attempts (the limit is set to 1 so any miscounted attempt would discard).
 #[test]
 fn connection_reset_mid_stream() {
+    connection_reset_scenario("connection_reset", true);
+}
+
+#[test]
+fn connection_reset_mid_stream_without_idempotence() {
+    connection_reset_scenario("connection_reset_without_idempotence", false);
+}
+
+/// Connections cut mid-stream with requests outstanding. With idempotence the resends
+/// carry their sequence numbers, so nothing counts as a possible duplicate; without, the
+/// unacknowledged messages are resent as possible duplicates.
+fn connection_reset_scenario(name: &'static str, idempotence: bool) {
     let settings = Settings {
         max_failed_attempts: Some(1),
+        idempotence,
         ..Settings::default()
     };
-    let mut sc = Scenario::start("connection_reset", settings);
+    let mut sc = Scenario::start(name, settings);
     let msgs = traffic(0xFA_C0AA, 3000, 0);
     sc.drive(&msgs, Duration::from_millis(3000), |mock, f| {
         for ms in [800, 1800] {
@@ -1199,7 +1260,8 @@ fn connection_reset_mid_stream() {
     });
     let fin = sc.drain(&msgs);
     let expect = Expect {
-        possible_duplicates_required: true,
+        possible_duplicates_required: !idempotence,
+        no_possible_duplicates: idempotence,
         ..Expect::default()
     };
     sc.verify(&msgs, &fin, &expect, Vec::new(), "resets=6 limit=1");
@@ -1476,16 +1538,33 @@ fn broker_with_high_latency() {
 }
 
 /// Broker 1 answers 1.5 s late for 2 s with `socket_timeout_ms = 1000`: dory gives up on
-/// the connection with requests outstanding (the mock has already appended them), so the
-/// resends are possible duplicates; nothing discarded (limit 1: timeouts are not attempts).
+/// the connection with requests outstanding (the mock has already appended them), and
+/// resends them; nothing discarded (limit 1: timeouts are not attempts). With idempotence
+/// the resends carry the same producer id, epoch and sequence numbers, which a Kafka broker
+/// recognises (the mock, which checks sequences only for transactional producers, stores
+/// them again: every such copy must be a same-sequence resend) and nothing counts as a
+/// possible duplicate; without, the resends are counted possible duplicates.
 #[test]
 fn broker_latency_beyond_socket_timeout() {
+    latency_scenario("broker_latency_beyond_socket_timeout", true);
+}
+
+#[test]
+fn broker_latency_beyond_socket_timeout_without_idempotence() {
+    latency_scenario(
+        "broker_latency_beyond_socket_timeout_without_idempotence",
+        false,
+    );
+}
+
+fn latency_scenario(name: &'static str, idempotence: bool) {
     let settings = Settings {
         max_failed_attempts: Some(1),
         socket_timeout_ms: Some(1000),
+        idempotence,
         ..Settings::default()
     };
-    let mut sc = Scenario::start("broker_latency_beyond_socket_timeout", settings);
+    let mut sc = Scenario::start(name, settings);
     let msgs = traffic(0xFA_71E0, 4000, 0);
     sc.drive(&msgs, Duration::from_millis(4500), |mock, f| {
         f.at(1000, "rtt(1,1500ms)", || {
@@ -1500,7 +1579,8 @@ fn broker_latency_beyond_socket_timeout() {
     });
     let fin = sc.drain(&msgs);
     let expect = Expect {
-        possible_duplicates_required: true,
+        possible_duplicates_required: !idempotence,
+        no_possible_duplicates: idempotence,
         ..Expect::default()
     };
     sc.verify(

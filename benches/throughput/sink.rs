@@ -8,6 +8,8 @@
 //! - Metadata v0–v12, encoded at the requested version: one broker (this sink, node 1),
 //!   every topic asked for (or, for "all topics", the configured ones) with `partitions`
 //!   partitions led by node 1.
+//! - InitProducerId v0–v4: hands out producer id 1000 + n, epoch 0 (so dory's idempotent
+//!   producer runs as against Kafka; the sink does not check sequences).
 //! - Produce v3–v8: walks every RecordBatch in every partition's records, checks magic 2,
 //!   the batch length and (unless disabled) the CRC-32C, and adds the batch header's
 //!   record count to the total. A partition whose records fail a check is answered
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 const API_PRODUCE: i16 = 0;
 const API_METADATA: i16 = 3;
 const API_VERSIONS: i16 = 18;
+const API_INIT_PRODUCER_ID: i16 = 22;
 const NODE_ID: i32 = 1;
 const CORRUPT_MESSAGE: i16 = 2;
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -66,6 +69,8 @@ struct Shared {
     counters: Arc<Counters>,
     /// Next offset per (topic, partition), so base offsets advance like a broker's.
     offsets: Mutex<HashMap<(Vec<u8>, i32), i64>>,
+    /// Producer ids handed out so far.
+    producer_ids: AtomicU64,
 }
 
 impl Sink {
@@ -83,6 +88,7 @@ impl Sink {
             epoch,
             counters: counters.clone(),
             offsets: Mutex::new(HashMap::new()),
+            producer_ids: AtomicU64::new(0),
         });
         let accept = {
             let stop = stop.clone();
@@ -186,6 +192,7 @@ fn handle(frame: &[u8], sh: &Shared, out: &mut Vec<u8>) -> io::Result<bool> {
     let flexible_header = match api_key {
         API_VERSIONS => version >= 3,
         API_METADATA => version >= 9,
+        API_INIT_PRODUCER_ID => version >= 2,
         _ => false,
     };
     if flexible_header {
@@ -206,6 +213,20 @@ fn handle(frame: &[u8], sh: &Shared, out: &mut Vec<u8>) -> io::Result<bool> {
             let topics = asked.unwrap_or_else(|| sh.topics.clone());
             metadata(&mut w, version, sh, &topics);
         }
+        API_INIT_PRODUCER_ID => {
+            if !(0..=4).contains(&version) {
+                return Err(proto(format!("InitProducerId v{version} not advertised")));
+            }
+            w.flexible = version >= 2;
+            if w.flexible {
+                w.u8(0); // response header v1: tagged fields
+            }
+            w.i32(0); // throttle_time_ms
+            w.i16(0); // error_code
+            w.i64(1000 + sh.producer_ids.fetch_add(1, Ordering::Relaxed) as i64);
+            w.i16(0); // producer_epoch
+            w.tagged_fields();
+        }
         API_PRODUCE => {
             if !(3..=8).contains(&version) {
                 return Err(proto(format!("Produce v{version} not advertised")));
@@ -221,10 +242,11 @@ fn handle(frame: &[u8], sh: &Shared, out: &mut Vec<u8>) -> io::Result<bool> {
 }
 
 fn api_versions(w: &mut Wr<'_>, version: i16) {
-    const APIS: [(i16, i16, i16); 3] = [
+    const APIS: [(i16, i16, i16); 4] = [
         (API_PRODUCE, 3, 8),
         (API_METADATA, 0, 12),
         (API_VERSIONS, 0, 3),
+        (API_INIT_PRODUCER_ID, 0, 4),
     ];
     if !(0..=3).contains(&version) {
         // KIP-511: v0 layout, listing the ApiVersions versions we do support.

@@ -120,6 +120,7 @@ pub struct RawKafka {
     pub connect_timeout_ms: Option<u64>,
     pub socket_timeout_ms: Option<u64>,
     pub max_in_flight_requests: Option<usize>,
+    pub idempotence: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,6 +246,9 @@ pub struct KafkaConfig {
     pub connect_timeout: Duration,
     pub socket_timeout: Duration,
     pub max_in_flight_requests: usize,
+    /// Idempotent delivery (producer id and sequence numbers): on unless turned off or
+    /// `acks` is not -1.
+    pub idempotence: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -498,6 +502,17 @@ impl Config {
                 "0 is not supported: without acknowledgements delivery cannot be counted; use 1 or -1",
             ));
         }
+        // Brokers accept an idempotent producer only with acks = all.
+        let idempotence = match kafka.idempotence {
+            Some(true) if acks != -1 => {
+                return Err(invalid(
+                    "kafka.idempotence",
+                    "needs kafka.acks = -1 (all): brokers refuse idempotent batches otherwise",
+                ))
+            }
+            Some(on) => on,
+            None => acks == -1,
+        };
         let replication_timeout_ms = kafka.replication_timeout_ms.unwrap_or(10_000);
         if replication_timeout_ms > i32::MAX as u64 {
             return Err(invalid(
@@ -589,6 +604,7 @@ impl Config {
                 brokers,
                 client_id,
                 acks,
+                idempotence,
                 replication_timeout: Duration::from_millis(replication_timeout_ms),
                 connect_timeout: Duration::from_millis(positive(
                     "kafka.connect_timeout_ms",
@@ -716,6 +732,30 @@ mod tests {
         assert_eq!(c.msg_buffer_max, 64 << 20);
         assert_eq!(c.status.addr.to_string(), "127.0.0.1:9090");
         assert_eq!(c.kafka.brokers[0].port, 9092);
+    }
+
+    #[test]
+    fn idempotence_follows_acks_unless_set() {
+        let load = |toml: &str| {
+            let raw = parse_toml(Path::new("x.toml"), toml).expect("parses");
+            Config::from_parts(raw, true, &flags())
+        };
+        assert!(load("").expect("valid").kafka.idempotence);
+        assert!(
+            !load("[kafka]\nacks = 1\n")
+                .expect("valid")
+                .kafka
+                .idempotence
+        );
+        assert!(
+            !load("[kafka]\nidempotence = false\n")
+                .expect("valid")
+                .kafka
+                .idempotence
+        );
+        let e = load("[kafka]\nacks = 1\nidempotence = true\n").unwrap_err();
+        assert!(e.to_string().contains("kafka.idempotence"), "{e}");
+        assert!(e.to_string().contains("acks"), "{e}");
     }
 
     #[test]

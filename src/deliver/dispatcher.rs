@@ -26,6 +26,7 @@ use crossbeam_channel::{bounded, Sender, TrySendError};
 
 use crate::config::policy::Policies;
 use crate::config::Config;
+use crate::deliver::idempotence::Seq;
 use crate::kafka::connection::Connection;
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
 use crate::report::metrics::{Metrics, QueueState, TopicId};
@@ -191,6 +192,19 @@ struct Part {
     partition: i32,
     msgs: Vec<Msg>,
     kafka_bytes: usize,
+    /// The sealed batch's identity (idempotence): the part is that batch alone.
+    seq: Option<Seq>,
+}
+
+impl Part {
+    fn into_batch(self) -> Batch {
+        Batch {
+            topic: self.topic,
+            partition: self.partition,
+            msgs: self.msgs,
+            seq: self.seq,
+        }
+    }
 }
 
 /// A request written to the broker, waiting for its response.
@@ -233,11 +247,7 @@ fn fail_in_flight(to_router: &Sender<Outcome>, metrics: &Metrics, broker: i32, e
             for m in &mut p.msgs {
                 m.maybe_sent = true;
             }
-            Batch {
-                topic: p.topic,
-                partition: p.partition,
-                msgs: p.msgs,
-            }
+            p.into_batch()
         })
         .collect();
     give_back(to_router, broker, ReturnReason::ConnectionLost, batches);

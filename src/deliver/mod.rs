@@ -1,8 +1,9 @@
 //! Delivery: one dispatcher per broker. It owns that broker's connection, packs batches
 //! into Produce requests and writes them (the sender thread), reads the responses in order
 //! and settles each partition's messages (the ack-reader thread): delivered, discarded, or
-//! handed back to the router to send again. Later: producer-id and sequence state for the
-//! idempotent producer.
+//! handed back to the router to send again. [`idempotence`] is the idempotent producer's
+//! sequencing: pure state the router owns and consults (its sealed batches are what the
+//! dispatcher stamps with producer id, epoch and sequence).
 //!
 //! Channels: reads `Batch` from the router; writes `Outcome` (returned batches, connection
 //! state, finished batches) to the router (types in [`crate::pipeline`]).
@@ -13,7 +14,8 @@
 //! the router and the metadata fetcher use it too.
 //!
 //! Reading order: [`dispatcher`] (with `dispatcher/sender.rs` and `dispatcher/acks.rs`),
-//! [`backoff`].
+//! [`idempotence`], [`backoff`].
 
 pub mod backoff;
 pub mod dispatcher;
+pub mod idempotence;

@@ -216,6 +216,66 @@ pub fn classify(code: i16) -> ErrorAction {
     }
 }
 
+/// How an idempotent producer treats the codes that concern its sequence numbers (KIP-98,
+/// KIP-360), before [`classify`] is asked. These apply only to batches sent with a producer
+/// id; any other code is handled as for every batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SequenceAction {
+    /// The broker already wrote this batch (a resend it recognised): success.
+    AlreadyWritten,
+    /// A batch before this one is missing at the broker: resend in order once the earlier
+    /// batches are back. If this *is* the first unacknowledged batch, the broker lost our
+    /// sequence: bump the epoch.
+    OutOfOrder,
+    /// The broker no longer knows our producer id (its records aged out): bump the epoch
+    /// and start every partition at sequence 0.
+    BumpEpoch,
+    /// Our epoch was fenced: get a new producer id and start every partition at 0.
+    NewProducerId,
+}
+
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+
+/// The idempotent producer's decision for `code`, if the code is about sequences.
+pub fn sequence_action(code: i16) -> Option<SequenceAction> {
+    match code {
+        DUPLICATE_SEQUENCE_NUMBER => Some(SequenceAction::AlreadyWritten),
+        OUT_OF_ORDER_SEQUENCE_NUMBER => Some(SequenceAction::OutOfOrder),
+        59 => Some(SequenceAction::BumpEpoch), // UNKNOWN_PRODUCER_ID
+        47 | 90 => Some(SequenceAction::NewProducerId), // INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+        _ => None,
+    }
+}
+
+/// The idempotent producer's table as Markdown (doc/errors.md holds it; a test keeps the
+/// two equal).
+pub fn sequence_table_markdown() -> String {
+    let mut out =
+        String::from("| Code | Name | dory's action with idempotence on |\n|---:|---|---|\n");
+    for code in [45, 46, 47, 59, 90] {
+        let Some(action) = sequence_action(code) else {
+            continue;
+        };
+        let action = match action {
+            SequenceAction::AlreadyWritten => {
+                "delivered: the broker already has this batch (a resend it recognised)"
+            }
+            SequenceAction::OutOfOrder => {
+                "an earlier batch failed first: resend in sequence order once the partition's other batches are back; on the first unacknowledged batch, the broker lost our sequence: bump the epoch"
+            }
+            SequenceAction::BumpEpoch => {
+                "the broker forgot our producer id: once nothing is in flight, bump the epoch (InitProducerId v3+, else a new id) and restart every partition at sequence 0"
+            }
+            SequenceAction::NewProducerId => {
+                "fenced: once nothing is in flight, get a new producer id and restart every partition at sequence 0"
+            }
+        };
+        out.push_str(&format!("| {code} | {} | {action} |\n", error_name(code)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,10 +397,11 @@ mod doc_tests {
     fn doc_errors_md_matches_the_code() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("doc/errors.md");
         let doc = std::fs::read_to_string(&path).expect("doc/errors.md exists");
-        let table = super::table_markdown();
-        assert!(
-            doc.contains(&table),
-            "doc/errors.md is out of date; regenerate its table with:\n{table}"
-        );
+        for table in [super::table_markdown(), super::sequence_table_markdown()] {
+            assert!(
+                doc.contains(&table),
+                "doc/errors.md is out of date; regenerate its table with:\n{table}"
+            );
+        }
     }
 }

@@ -14,6 +14,7 @@
 pub mod api_versions;
 pub mod compression;
 pub mod connection;
+pub mod control;
 pub mod errors;
 pub mod frame;
 pub mod metadata;

@@ -1,6 +1,7 @@
 //! The metadata fetcher: a helper thread of the router that asks brokers for cluster
-//! metadata, so the router never blocks on the network. Each fetch opens a fresh
-//! connection (as Dory does), negotiates versions, and tries known brokers in turn.
+//! metadata (and, for the idempotent producer, a producer id), so the router never blocks
+//! on the network. Each fetch opens a fresh connection (as Dory does), negotiates versions,
+//! and tries known brokers in turn.
 
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -9,9 +10,12 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::{BrokerAddr, Config};
 use crate::deliver::backoff::Rng;
+use crate::deliver::idempotence::IdRequest;
 use crate::kafka::connection::{ConnError, Connection};
+use crate::kafka::control::{self, API_KEY_INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSIONS};
+use crate::kafka::errors::error_name;
 use crate::kafka::{metadata, negotiate, MetadataResponse, API_KEY_METADATA, METADATA_VERSIONS};
-use crate::pipeline::{MetaRequest, MetaResponse};
+use crate::pipeline::{FetchRequest, FetchResponse, MetaRequest, MetaResponse, ProducerIdError};
 use crate::report::metrics::{Counter, Metrics};
 
 /// Largest metadata response we accept: enough for very large clusters.
@@ -43,8 +47,18 @@ impl Fetcher {
         }
     }
 
-    fn run(mut self, from_router: Receiver<MetaRequest>, to_router: Sender<MetaResponse>) {
+    fn run(mut self, from_router: Receiver<FetchRequest>, to_router: Sender<FetchResponse>) {
         for request in from_router {
+            let request = match request {
+                FetchRequest::Metadata(r) => r,
+                FetchRequest::ProducerId(r) => {
+                    let result = self.init_producer_id(r);
+                    if to_router.send(FetchResponse::ProducerId(result)).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
             let result = self.fetch(&request);
             if let Ok(md) = &result {
                 if request.topics.is_none() {
@@ -60,14 +74,17 @@ impl Fetcher {
                         .collect();
                 }
             }
-            if to_router.send(MetaResponse { request, result }).is_err() {
+            if to_router
+                .send(FetchResponse::Metadata(MetaResponse { request, result }))
+                .is_err()
+            {
                 return;
             }
         }
     }
 
-    /// Tries every known broker, then every bootstrap broker, from a random start.
-    pub fn fetch(&mut self, req: &MetaRequest) -> Result<MetadataResponse, String> {
+    /// Known brokers, then bootstrap brokers, each list from a random start.
+    fn candidates(&mut self) -> Vec<BrokerAddr> {
         let mut candidates: Vec<BrokerAddr> = Vec::new();
         let start = self.rng.range(0, self.known.len().max(1) as u64 - 1) as usize;
         for i in 0..self.known.len() {
@@ -80,6 +97,12 @@ impl Fetcher {
                 candidates.push(b.clone());
             }
         }
+        candidates
+    }
+
+    /// Tries every known broker, then every bootstrap broker, from a random start.
+    pub fn fetch(&mut self, req: &MetaRequest) -> Result<MetadataResponse, String> {
+        let candidates = self.candidates();
         let mut errors = Vec::new();
         for b in &candidates {
             match self.fetch_from(b, req) {
@@ -92,6 +115,89 @@ impl Fetcher {
         }
         self.metrics.inc(Counter::GetMetadataFail);
         Err(errors.join("; "))
+    }
+
+    /// Asks the brokers in turn for a producer id (or an epoch bump). Any broker answers
+    /// InitProducerId for an idempotent producer. A broker that lacks the API, or refuses
+    /// it outright, settles it for the cluster: [`ProducerIdError::Unsupported`].
+    fn init_producer_id(&mut self, req: IdRequest) -> Result<(i64, i16), ProducerIdError> {
+        let mut errors = Vec::new();
+        for b in &self.candidates() {
+            match self.init_producer_id_from(b, req) {
+                Ok(Ok(id)) => return Ok(id),
+                Ok(Err(ProducerIdError::Unsupported(e))) => {
+                    return Err(ProducerIdError::Unsupported(format!("{b}: {e}")))
+                }
+                Ok(Err(ProducerIdError::Transient(e))) => errors.push(format!("{b}: {e}")),
+                Err(e) => errors.push(format!("{b}: {e}")),
+            }
+        }
+        Err(ProducerIdError::Transient(errors.join("; ")))
+    }
+
+    fn init_producer_id_from(
+        &mut self,
+        b: &BrokerAddr,
+        req: IdRequest,
+    ) -> Result<Result<(i64, i16), ProducerIdError>, ConnError> {
+        let mut conn = Connection::connect(&b.host, b.port, self.connect_timeout)?;
+        conn.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
+        let neg = conn.handshake(self.client_id.as_deref(), self.socket_timeout)?;
+        let Some(version) = negotiate(
+            INIT_PRODUCER_ID_VERSIONS,
+            neg.api_versions.get(API_KEY_INIT_PRODUCER_ID),
+        ) else {
+            return Ok(Err(ProducerIdError::Unsupported(
+                "the broker does not offer InitProducerId (Kafka 0.11 or later is needed)".into(),
+            )));
+        };
+        let mut current = match req {
+            IdRequest::Bump { producer_id, epoch } if version >= 3 => Some((producer_id, epoch)),
+            _ => None,
+        };
+        let mut frame = Vec::new();
+        // At most twice: a bump the coordinator refuses falls back to a new id.
+        for _ in 0..2 {
+            self.correlation_id = self.correlation_id.wrapping_add(1);
+            let mut buf = Vec::new();
+            control::encode_init_producer_id(
+                &mut buf,
+                version,
+                self.correlation_id,
+                self.client_id.as_deref(),
+                current,
+            )
+            .map_err(|e| ConnError::Io(std::io::Error::other(e.to_string())))?;
+            conn.request(&buf, &mut frame, control::MAX_CONTROL_RESPONSE)?;
+            let r = control::decode_init_producer_id(&frame, version, self.correlation_id)
+                .map_err(|e| ConnError::Io(std::io::Error::other(e.to_string())))?;
+            let name = error_name(r.error_code);
+            return Ok(match r.error_code {
+                0 if r.producer_id >= 0 && r.epoch >= 0 => Ok((r.producer_id, r.epoch)),
+                0 => Err(ProducerIdError::Transient(format!(
+                    "InitProducerId answered producer id {} epoch {}",
+                    r.producer_id, r.epoch
+                ))),
+                // INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING, UNKNOWN_PRODUCER_ID,
+                // PRODUCER_FENCED: the coordinator will not bump that id; take a new one.
+                47 | 49 | 59 | 90 if current.is_some() => {
+                    current = None;
+                    continue;
+                }
+                // CLUSTER_AUTHORIZATION_FAILED (no IDEMPOTENT_WRITE permission),
+                // UNSUPPORTED_VERSION, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, SECURITY_DISABLED.
+                31 | 35 | 53 | 54 => Err(ProducerIdError::Unsupported(format!(
+                    "InitProducerId refused: {name} ({})",
+                    r.error_code
+                ))),
+                code => Err(ProducerIdError::Transient(format!(
+                    "InitProducerId: {name} ({code})"
+                ))),
+            });
+        }
+        Ok(Err(ProducerIdError::Transient(
+            "InitProducerId: a new producer id was refused too".into(),
+        )))
     }
 
     fn fetch_from(
@@ -148,8 +254,8 @@ impl Fetcher {
 pub fn spawn(
     cfg: &Config,
     metrics: &'static Metrics,
-    from_router: Receiver<MetaRequest>,
-    to_router: Sender<MetaResponse>,
+    from_router: Receiver<FetchRequest>,
+    to_router: Sender<FetchResponse>,
 ) -> std::io::Result<JoinHandle<()>> {
     let f = Fetcher::new(cfg, metrics);
     std::thread::Builder::new()

@@ -9,11 +9,13 @@
 //! This file holds the router's state, its event loop, timers and discards. The other
 //! concerns of the same `impl Router` are child modules in `router/`: `accept.rs` (taking
 //! messages in), `dispatch.rs` (batches to dispatchers), `outcomes.rs` (what dispatchers
-//! hand back), `topics.rs` (metadata and topic lookups) and `shutdown.rs`.
+//! hand back), `topics.rs` (metadata and topic lookups), `sequence.rs` (the idempotent
+//! producer's sequencing) and `shutdown.rs`.
 
 mod accept;
 mod dispatch;
 mod outcomes;
+mod sequence;
 mod shutdown;
 mod topics;
 
@@ -28,9 +30,13 @@ use crate::config::BatchLimits;
 use crate::config::Config;
 use crate::deliver::backoff::{Backoff, Rng};
 use crate::deliver::dispatcher::{DispatcherConfig, DispatcherHandle};
+use crate::deliver::idempotence::{PartKey, Sequencer};
 use crate::fasthash::FastMap;
-use crate::pipeline::{Batch, Control, MetaRequest, MetaResponse, Msg, Outcome, StatusRequest};
-use crate::report::metrics::{DiscardReason, Metrics, QueueState, TopicId};
+use crate::pipeline::{
+    Batch, Control, FetchRequest, FetchResponse, MetaResponse, Msg, Outcome, ProducerIdError,
+    StatusRequest,
+};
+use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState, TopicId};
 use crate::route::batcher::OpenBatch;
 use crate::route::cluster::{Cluster, TopicView};
 use crate::route::rate_limit::RateLimiter;
@@ -58,8 +64,8 @@ pub struct RouterChannels {
     pub spare_batches: Sender<Vec<Msg>>,
     pub from_control: Receiver<Control>,
     pub from_status: Receiver<StatusRequest>,
-    pub to_meta: Sender<MetaRequest>,
-    pub from_meta: Receiver<MetaResponse>,
+    pub to_meta: Sender<FetchRequest>,
+    pub from_meta: Receiver<FetchResponse>,
     pub to_router: Sender<Outcome>,
     pub from_dispatchers: Receiver<Outcome>,
 }
@@ -130,6 +136,7 @@ enum Event {
     Control(Control),
     Outcome(Outcome),
     Meta(MetaResponse),
+    ProducerId(Result<(i64, i16), ProducerIdError>),
     Input(Vec<Msg>),
     InputsClosed,
     Status(StatusRequest),
@@ -169,6 +176,18 @@ pub struct Router {
     next_periodic_refresh: Instant,
     shutdown: Option<Instant>,
     rng: Rng,
+    /// The idempotent producer's sequencing (mode `Off` without idempotence).
+    seq: Sequencer<Batch>,
+    /// When to ask for a producer id again after a failed request.
+    id_retry_at: Option<Instant>,
+    id_backoff: Backoff,
+    /// Failed producer-id requests in a row (for log pacing).
+    id_failures: u32,
+    /// Reused buffers for the batches the sequencer releases and the partitions it asks
+    /// about.
+    sealed: Vec<Batch>,
+    dirty_scan: Vec<PartKey>,
+    sendable: FastMap<PartKey, ()>,
 }
 
 impl Router {
@@ -178,7 +197,19 @@ impl Router {
         let mut rng = Rng::from_entropy();
         let next_periodic_refresh =
             now + jittered(cfg.delivery.metadata_refresh_interval, &mut rng);
+        let mut seq = Sequencer::new();
+        if !cfg.kafka.idempotence {
+            seq.disable(&mut Vec::new(), |_| {});
+            metrics.set_idempotence(Idempotence::Disabled, -1, -1);
+        }
         Router {
+            seq,
+            id_retry_at: None,
+            id_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
+            id_failures: 0,
+            sealed: Vec::new(),
+            dirty_scan: Vec::new(),
+            sendable: FastMap::default(),
             degraded_backoff: Backoff::new(DEGRADED_REFRESH_MIN, DEGRADED_REFRESH_MAX),
             fetch_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
             cfg,
@@ -210,6 +241,7 @@ impl Router {
     pub fn run(mut self) {
         loop {
             self.start_due_fetches();
+            self.request_producer_id();
             let ev = self.next_event();
             match ev {
                 Event::Control(Control::Shutdown { deadline }) => {
@@ -218,6 +250,7 @@ impl Router {
                 }
                 Event::Outcome(o) => self.on_outcome(o),
                 Event::Meta(m) => self.on_metadata(m),
+                Event::ProducerId(r) => self.on_producer_id(r),
                 Event::Input(msgs) => self.on_input(msgs),
                 Event::InputsClosed => {
                     self.inputs_open = false;
@@ -229,6 +262,7 @@ impl Router {
                 Event::Tick => {}
             }
             self.on_timers();
+            self.pump_sequence();
             if self.shutdown_finished() {
                 break;
             }
@@ -258,7 +292,8 @@ impl Router {
                 Err(_) => Event::Tick,
             },
             recv(self.ch.from_meta) -> m => match m {
-                Ok(m) => Event::Meta(m),
+                Ok(FetchResponse::Metadata(m)) => Event::Meta(m),
+                Ok(FetchResponse::ProducerId(r)) => Event::ProducerId(r),
                 Err(_) => Event::Tick,
             },
             recv(inputs) -> i => match i {
@@ -287,6 +322,8 @@ impl Router {
         consider(self.next_batch_expiry);
         consider(self.delayed.iter().map(|(at, _)| *at).min());
         consider(self.full_fetch_at);
+        consider(self.seq.next_due());
+        consider(self.id_retry_at);
         for slot in &self.topics {
             if let Some(l) = &slot.lookup {
                 consider(l.next_try);

@@ -510,18 +510,29 @@ impl Tansu {
     /// Starts Tansu and waits until it answers Metadata. Retries on another port if the
     /// chosen one was taken in between.
     pub fn start() -> Tansu {
+        Tansu::start_with(None)
+    }
+
+    /// Tansu telling clients (in Metadata) to reach it at `127.0.0.1:advertised`: a
+    /// proxy the test runs there.
+    pub fn start_advertising(advertised: u16) -> Tansu {
+        Tansu::start_with(Some(advertised))
+    }
+
+    fn start_with(advertised: Option<u16>) -> Tansu {
         let bin = tansu_path();
         let mut failures = String::new();
         for _attempt in 0..3 {
             let dir = tempfile::tempdir().expect("temp dir");
             let port = free_port();
             let url = format!("tcp://127.0.0.1:{port}");
+            let advertised_url = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
             let mut proc = Proc::spawn(
                 "tansu",
                 Command::new(&bin)
                     .arg("broker")
                     .args(["--listener-url", &url])
-                    .args(["--advertised-listener-url", &url])
+                    .args(["--advertised-listener-url", &advertised_url])
                     .args(["--storage-engine", "memory://tansu/"]),
                 dir.path(),
             );
@@ -544,6 +555,11 @@ impl Tansu {
 
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The port Tansu listens on (not necessarily the one it advertises).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn pid(&self) -> u32 {

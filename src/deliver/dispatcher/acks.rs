@@ -8,9 +8,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight};
 use crate::kafka::connection::{ConnError, Connection};
-use crate::kafka::errors::{classify, error_name, ErrorAction};
+use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, SequenceAction};
 use crate::kafka::produce;
-use crate::pipeline::{Batch, Msg, Outcome, ReturnReason};
+use crate::pipeline::{count_failed_attempt, Batch, Outcome, ReturnReason};
 use crate::report::discards;
 use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState};
 use crate::report::msg_debug::DebugFile;
@@ -107,6 +107,7 @@ impl Receiver_ {
         let mut retry = Vec::new();
         let mut backoff = Vec::new();
         let mut reroute = Vec::new();
+        let mut acks = Vec::new();
         for p in entry.parts {
             let code = resp
                 .topics
@@ -119,11 +120,41 @@ impl Receiver_ {
             self.metrics
                 .queue_add(p.topic, QueueState::AckWait, -(n as i64));
             self.metrics.inc(Counter::for_ack_error(code));
-            if code == 0 {
+            // A sealed batch the broker already has (a resend it recognised) is delivered.
+            let written = code == 0
+                || (p.seq.is_some()
+                    && sequence_action(code) == Some(SequenceAction::AlreadyWritten));
+            if written {
+                if code != 0 {
+                    self.metrics.inc(Counter::AckDuplicateSequence);
+                }
+                if let Some(s) = p.seq {
+                    acks.push(((p.topic, p.partition), s, p.msgs.len()));
+                }
                 debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
                 self.metrics.delivered(p.topic, n);
                 self.metrics.add(Counter::MsgDestroy, n);
                 crate::pipeline::free_msgs(p.msgs);
+                continue;
+            }
+            if p.seq.is_some() {
+                // The partition's sequence decides what happens next: the router's call.
+                self.metrics
+                    .queue_add(p.topic, QueueState::SendWait, n as i64);
+                log::warn!(
+                    "broker {}: topic [{}] partition {}: {} ({code}) for producer batch {:?}",
+                    self.id,
+                    String::from_utf8_lossy(&p.name),
+                    p.partition,
+                    error_name(code),
+                    p.seq
+                );
+                give_back(
+                    &self.to_router,
+                    self.id,
+                    ReturnReason::Rejected { code },
+                    vec![p.into_batch()],
+                );
                 continue;
             }
             let action = classify(code);
@@ -139,10 +170,7 @@ impl Receiver_ {
                 continue;
             }
             // A failed attempt: count it; past the limit the message is discarded.
-            let (keep, over): (Vec<Msg>, Vec<Msg>) = p
-                .msgs
-                .into_iter()
-                .partition_map_attempts(self.cfg.max_failed_attempts);
+            let (keep, over) = count_failed_attempt(p.msgs, self.cfg.max_failed_attempts);
             if !over.is_empty() {
                 log::error!(
                     "broker {}: discarding {} message(s) of topic [{}] after {} failed attempts (last error {})",
@@ -159,11 +187,7 @@ impl Receiver_ {
             }
             self.metrics
                 .queue_add(p.topic, QueueState::SendWait, keep.len() as i64);
-            let batch = Batch {
-                topic: p.topic,
-                partition: p.partition,
-                msgs: keep,
-            };
+            let batch = Batch::new(p.topic, p.partition, keep);
             match action {
                 ErrorAction::Retry => retry.push(batch),
                 ErrorAction::Backoff => backoff.push(batch),
@@ -177,29 +201,11 @@ impl Receiver_ {
                 error_name(code)
             );
         }
+        if !acks.is_empty() {
+            let _ = self.to_router.send(Outcome::Acked { acks });
+        }
         give_back(&self.to_router, self.id, ReturnReason::Retry, retry);
         give_back(&self.to_router, self.id, ReturnReason::Backoff, backoff);
         give_back(&self.to_router, self.id, ReturnReason::Reroute, reroute);
-    }
-}
-
-/// Counts one more failed attempt on each message and splits off those past the limit.
-trait PartitionAttempts {
-    fn partition_map_attempts(self, max_failed: u32) -> (Vec<Msg>, Vec<Msg>);
-}
-
-impl<I: Iterator<Item = Msg>> PartitionAttempts for I {
-    fn partition_map_attempts(self, max_failed: u32) -> (Vec<Msg>, Vec<Msg>) {
-        let mut keep = Vec::new();
-        let mut over = Vec::new();
-        for mut m in self {
-            m.failed_attempts += 1;
-            if m.failed_attempts > max_failed {
-                over.push(m);
-            } else {
-                keep.push(m);
-            }
-        }
-        (keep, over)
     }
 }

@@ -263,11 +263,7 @@ impl Sender_ {
                 log::warn!("broker {}: write failed: {e}", self.id);
                 // Not fully written, so not received: send again elsewhere, no duplicate.
                 for p in parts.into_iter().rev() {
-                    self.carry.push_front(Batch {
-                        topic: p.topic,
-                        partition: p.partition,
-                        msgs: p.msgs,
-                    });
+                    self.carry.push_front(p.into_batch());
                 }
                 break SessionEnd::Lost;
             }
@@ -301,9 +297,24 @@ impl Sender_ {
         end
     }
 
+    /// The next batch to send: a carried one first, else one from the router's queue.
+    fn next_queued(&mut self) -> Option<Batch> {
+        self.carry.pop_front().or_else(|| {
+            let b = self.from_router.try_recv().ok();
+            if b.is_some() {
+                self.taken(1);
+            }
+            b
+        })
+    }
+
     /// Takes more queued batches after `first` while they fit in one request.
     fn gather(&mut self, first: Batch) -> Vec<Part> {
         let mut parts: Vec<Part> = Vec::new();
+        // Sealed batches of partitions already in this request, in queue order: a later
+        // request takes them (at most four per partition: the router keeps at most five
+        // sealed batches of a partition unacknowledged).
+        let mut deferred: Vec<Batch> = Vec::new();
         let mut data = 0usize;
         let mut next = Some(first);
         while let Some(b) = next.take() {
@@ -317,6 +328,13 @@ impl Sender_ {
                 .iter_mut()
                 .find(|p| p.topic == b.topic && p.partition == b.partition)
             {
+                Some(p) if p.seq.is_some() || b.seq.is_some() => {
+                    // A sealed batch is a record batch of its own, and a partition has one
+                    // record batch per request.
+                    deferred.push(b);
+                    next = self.next_queued();
+                    continue;
+                }
                 Some(p) => {
                     if p.kafka_bytes + kafka + RECORD_BATCH_OVERHEAD > self.cfg.message_max_bytes {
                         // Would make the partition's record batch too large for the broker.
@@ -332,19 +350,17 @@ impl Sender_ {
                     partition: b.partition,
                     msgs: b.msgs,
                     kafka_bytes: kafka,
+                    seq: b.seq,
                 }),
             }
             data += bytes;
             if data >= self.cfg.request_data_limit {
                 break;
             }
-            next = self.carry.pop_front().or_else(|| {
-                let b = self.from_router.try_recv().ok();
-                if b.is_some() {
-                    self.taken(1);
-                }
-                b
-            });
+            next = self.next_queued();
+        }
+        for b in deferred.into_iter().rev() {
+            self.carry.push_front(b);
         }
         // Group by topic for the request layout.
         parts.sort_by(|a, b| a.name.cmp(&b.name).then(a.partition.cmp(&b.partition)));
@@ -424,6 +440,9 @@ impl Sender_ {
                 let base_ts = p.msgs.first().map_or(0, |m| m.timestamp);
                 let compression = self.compression_for(p, version);
                 let mut rb = RecordBatchWriter::begin_with(buf, base_ts, compression, scratch);
+                if let Some(s) = p.seq {
+                    rb.set_producer(buf, s.producer_id, s.epoch, s.base);
+                }
                 for (i, m) in p.msgs.iter().enumerate() {
                     if let Some(ahead) = p.msgs.get(i + PREFETCH_AHEAD) {
                         ahead.payload.prefetch();

@@ -189,6 +189,12 @@ counters! {
     MsgSetCompressionError,
     // dory: zstd configured, broker below Produce v7, sent uncompressed.
     MsgSetZstdUnsupportedByBroker,
+    // dory: the idempotent producer. A producer id (and epoch) arrived from InitProducerId;
+    // an epoch bump or a new id was asked for; the cluster refused idempotence and dory fell
+    // back; the broker recognised a resend (DUPLICATE_SEQUENCE_NUMBER) or found a batch out
+    // of order; a partition's sequence was renumbered after a gap.
+    ProducerIdReceived, ProducerEpochBumpRequested, ProducerIdResetRequested,
+    IdempotenceFallback, AckDuplicateSequence, AckOutOfOrderSequence, SequenceRewind,
     // Codecs.
     ZlibCompressSuccess, ZlibBufError, ZlibDataError, ZlibDecompressOutOfSpace,
     ZlibNeedDictError, ZlibNotAtEndAfterCompress, ZlibOverflowComputingCompressBufSize,

@@ -70,6 +70,44 @@ impl Default for MetricsConfig {
     }
 }
 
+/// The idempotent producer's state, as monitoring sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idempotence {
+    /// Waiting for the first producer id.
+    Pending = 0,
+    /// Batches carry a producer id and sequence numbers.
+    On = 1,
+    /// Getting a new epoch or producer id; nothing is sent meanwhile.
+    Resetting = 2,
+    /// Turned off in the configuration.
+    Disabled = 3,
+    /// The cluster refused it; delivery continues without (as Dory did).
+    Unsupported = 4,
+}
+
+impl Idempotence {
+    fn from_u8(v: u8) -> Idempotence {
+        match v {
+            1 => Idempotence::On,
+            2 => Idempotence::Resetting,
+            3 => Idempotence::Disabled,
+            4 => Idempotence::Unsupported,
+            _ => Idempotence::Pending,
+        }
+    }
+
+    /// The `state` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idempotence::Pending => "pending",
+            Idempotence::On => "on",
+            Idempotence::Resetting => "resetting",
+            Idempotence::Disabled => "disabled",
+            Idempotence::Unsupported => "unsupported",
+        }
+    }
+}
+
 /// Message counts per queue state of one topic (gauges: they go up and down).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueCounts {
@@ -121,6 +159,10 @@ pub struct Metrics {
     metadata_updated_ms: AtomicU64,
     metadata_modified_ms: AtomicU64,
     health: AtomicU8,
+    /// The idempotent producer: [`Idempotence`] state, producer id and epoch.
+    idempotence: AtomicU8,
+    producer_id: std::sync::atomic::AtomicI64,
+    producer_epoch: std::sync::atomic::AtomicI64,
     pool_capacity: AtomicU64,
     pool_used: AtomicU64,
     /// The live pool, once attached: its gauges are then read at scrape time.
@@ -148,12 +190,34 @@ impl Metrics {
             metadata_updated_ms: AtomicU64::new(0),
             metadata_modified_ms: AtomicU64::new(0),
             health: AtomicU8::new(Health::Starting as u8),
+            idempotence: AtomicU8::new(Idempotence::Pending as u8),
+            producer_id: std::sync::atomic::AtomicI64::new(-1),
+            producer_epoch: std::sync::atomic::AtomicI64::new(-1),
             pool_capacity: AtomicU64::new(0),
             pool_used: AtomicU64::new(0),
             live_pool: std::sync::OnceLock::new(),
             discard_log: std::sync::OnceLock::new(),
             msg_debug: std::sync::OnceLock::new(),
         }
+    }
+
+    // ----- the idempotent producer -----
+
+    /// Publishes the producer's state (and its id and epoch, -1 when it has none).
+    pub fn set_idempotence(&self, state: Idempotence, producer_id: i64, epoch: i16) {
+        self.producer_id.store(producer_id, Ordering::Relaxed);
+        self.producer_epoch
+            .store(i64::from(epoch), Ordering::Relaxed);
+        self.idempotence.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// (state, producer id, epoch).
+    pub fn idempotence(&self) -> (Idempotence, i64, i64) {
+        (
+            Idempotence::from_u8(self.idempotence.load(Ordering::Relaxed)),
+            self.producer_id.load(Ordering::Relaxed),
+            self.producer_epoch.load(Ordering::Relaxed),
+        )
     }
 
     // ----- named counters -----

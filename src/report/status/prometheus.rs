@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::Reply;
-use crate::report::metrics::{DiscardReason, Health, Metrics};
+use crate::report::metrics::{DiscardReason, Health, Idempotence, Metrics};
 
 pub(super) fn health(m: &Metrics) -> Reply {
     match m.health() {
@@ -102,6 +102,34 @@ pub(super) fn prometheus(m: &Metrics) -> String {
     for (t, l) in topics.iter().zip(&labels) {
         let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", t.possible_duplicates);
     }
+
+    let (state, producer_id, epoch) = m.idempotence();
+    family(
+        &mut out,
+        "dory_idempotence_enabled",
+        "gauge",
+        "1 while record batches carry a producer id and sequence numbers (no duplicates on resend).",
+    );
+    let on = u8::from(matches!(state, Idempotence::On | Idempotence::Resetting));
+    let _ = writeln!(
+        out,
+        "dory_idempotence_enabled{{state=\"{}\"}} {on}",
+        state.as_str()
+    );
+    family(
+        &mut out,
+        "dory_producer_id",
+        "gauge",
+        "The idempotent producer's id (-1: none).",
+    );
+    let _ = writeln!(out, "dory_producer_id {producer_id}");
+    family(
+        &mut out,
+        "dory_producer_epoch",
+        "gauge",
+        "The idempotent producer's epoch (-1: none).",
+    );
+    let _ = writeln!(out, "dory_producer_epoch {epoch}");
 
     let (capacity, used) = m.pool();
     family(&mut out, "dory_pool_bytes", "gauge", "Message pool bytes.");

@@ -24,11 +24,7 @@ impl Router {
         match partition {
             Some(p) => {
                 self.metrics.queue_add(t, QueueState::SendWait, n);
-                self.dispatch(Batch {
-                    topic: t,
-                    partition: p,
-                    msgs,
-                });
+                self.send_new(Batch::new(t, p, msgs));
             }
             None => self.discard_msgs(msgs, DiscardReason::NoAvailablePartitions),
         }
@@ -48,6 +44,10 @@ impl Router {
             .view(batch.topic)
             .and_then(|v| v.leader_of(batch.partition));
         let Some(leader) = leader else {
+            if batch.seq.is_some() {
+                // Sealed: it belongs to this partition; wait for its leader.
+                return self.hold_sealed(batch);
+            }
             // The partition vanished: route it again with fresh metadata.
             self.awaiting_metadata.push(batch);
             self.want_full_fetch(Instant::now());
@@ -55,6 +55,9 @@ impl Router {
         };
         if !self.brokers.contains_key(&leader) {
             let Some(info) = self.cluster.brokers.get(&leader).cloned() else {
+                if batch.seq.is_some() {
+                    return self.hold_sealed(batch);
+                }
                 self.awaiting_metadata.push(batch);
                 self.want_full_fetch(Instant::now());
                 return;
@@ -89,6 +92,9 @@ impl Router {
                 // The dispatcher thread ended (it only does so when told to stop).
                 log::error!("dispatcher for broker {leader} is gone; rerouting");
                 self.brokers.remove(&leader);
+                if batch.seq.is_some() {
+                    return self.hold_sealed(batch);
+                }
                 self.awaiting_metadata.push(batch);
                 self.want_full_fetch(Instant::now());
             }

@@ -6,7 +6,7 @@ use crate::config::policy::Partitioner;
 use crate::deliver::backoff::retry_delay;
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason};
 use crate::report::metrics::{DiscardReason, QueueState};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Router {
     pub(super) fn on_outcome(&mut self, o: Outcome) {
@@ -24,7 +24,13 @@ impl Router {
                 if up {
                     self.flush_backlog(broker);
                 } else {
+                    self.unqueue_led_by(broker);
                     self.want_full_fetch(Instant::now());
+                }
+            }
+            Outcome::Acked { acks } => {
+                for (k, seq, records) in acks {
+                    self.seq.on_ack(k, seq, records);
                 }
             }
             Outcome::Returned {
@@ -33,7 +39,11 @@ impl Router {
                 batches,
             } => {
                 for batch in batches {
-                    self.on_returned(reason, batch);
+                    if batch.seq.is_some() {
+                        self.on_returned_sealed(reason, batch);
+                    } else {
+                        self.on_returned(reason, batch);
+                    }
                 }
                 self.flush_backlog(broker);
             }
@@ -57,20 +67,9 @@ impl Router {
             }));
         }
         match reason {
-            ReturnReason::Retry => self.dispatch(batch),
+            ReturnReason::Retry | ReturnReason::Rejected { .. } => self.dispatch(batch),
             ReturnReason::Backoff => {
-                let attempts = batch
-                    .msgs
-                    .iter()
-                    .map(|m| m.failed_attempts)
-                    .max()
-                    .unwrap_or(1);
-                let d = retry_delay(
-                    attempts,
-                    self.cfg.delivery.retry_backoff,
-                    self.cfg.delivery.retry_backoff_max,
-                    &mut self.rng,
-                );
+                let d = self.backoff_for(&batch);
                 self.delayed.push((now + d, batch));
             }
             ReturnReason::Reroute | ReturnReason::ConnectionLost | ReturnReason::Stopped => {
@@ -80,9 +79,30 @@ impl Router {
         }
     }
 
+    /// How long a batch waits before it is resent after a transient broker error: the
+    /// randomized exponential backoff for its most-tried message.
+    pub(super) fn backoff_for(&mut self, batch: &Batch) -> Duration {
+        let attempts = batch
+            .msgs
+            .iter()
+            .map(|m| m.failed_attempts)
+            .max()
+            .unwrap_or(1);
+        retry_delay(
+            attempts,
+            self.cfg.delivery.retry_backoff,
+            self.cfg.delivery.retry_backoff_max,
+            &mut self.rng,
+        )
+    }
+
     /// Routes a returned batch again under the current metadata: AnyPartition messages to
     /// a fresh round-robin choice, PartitionKey messages by their key.
     pub(super) fn reroute(&mut self, batch: Batch) {
+        if batch.seq.is_some() {
+            // Sealed: its sequence belongs to its partition; only the leader may change.
+            return self.reroute_sealed(batch);
+        }
         let t = batch.topic;
         match self.view(t).map(|v| v.has_usable()) {
             None => {
@@ -115,11 +135,7 @@ impl Router {
         }
         if !any.is_empty() {
             match self.round_robin(t) {
-                Some(p) => self.dispatch(Batch {
-                    topic: t,
-                    partition: p,
-                    msgs: any,
-                }),
+                Some(p) => self.send_new(Batch::new(t, p, any)),
                 None => self.discard_staged(
                     any,
                     DiscardReason::NoAvailablePartitions,
@@ -128,11 +144,7 @@ impl Router {
             }
         }
         for (p, msgs) in keyed {
-            self.dispatch(Batch {
-                topic: t,
-                partition: p,
-                msgs,
-            });
+            self.send_new(Batch::new(t, p, msgs));
         }
     }
 }

@@ -45,6 +45,11 @@ impl Router {
         for b in std::mem::take(&mut self.awaiting_metadata) {
             self.discard_batch(b, DiscardReason::Shutdown);
         }
+        let mut sequenced = Vec::new();
+        self.seq.drain(&mut sequenced);
+        for b in sequenced {
+            self.discard_batch(b, DiscardReason::Shutdown);
+        }
         let backlogs: Vec<Batch> = self
             .brokers
             .values_mut()

@@ -2,7 +2,7 @@
 //! cluster view and broker addresses, and resolving (or giving up) topic lookups.
 
 use super::{jittered, Router, TopicSlot, BAD_TOPIC_MEMORY, MIN_REFRESH_GAP, TOPIC_LOOKUP_RETRY};
-use crate::pipeline::{Batch, MetaRequest, MetaResponse};
+use crate::pipeline::{Batch, FetchRequest, MetaRequest, MetaResponse};
 use crate::report::metrics::{DiscardReason, QueueState, TopicId};
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,7 +23,12 @@ impl Router {
                 autocreate: false,
                 seq: self.full_fetch_seq + 1,
             };
-            if self.ch.to_meta.try_send(req).is_ok() {
+            if self
+                .ch
+                .to_meta
+                .try_send(FetchRequest::Metadata(req))
+                .is_ok()
+            {
                 self.full_fetch_seq += 1;
                 self.full_fetch_in_flight = true;
                 self.full_fetch_at = None;
@@ -66,7 +71,12 @@ impl Router {
             autocreate: true,
             seq: 0,
         };
-        if self.ch.to_meta.try_send(req).is_err() {
+        if self
+            .ch
+            .to_meta
+            .try_send(FetchRequest::Metadata(req))
+            .is_err()
+        {
             // The fetcher is busy: ask again shortly.
             for slot in &mut self.topics {
                 if slot.name.as_ref().is_some_and(|n| wanted.contains(n)) {

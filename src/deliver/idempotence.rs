@@ -1,0 +1,1072 @@
+//! Idempotent delivery (KIP-98, KIP-360): the producer id and epoch, each partition's
+//! sequence numbers, and the per-partition send window that keeps them valid across
+//! retries, reroutes and lost connections.
+//!
+//! Pure state, no threads or sockets. The router owns one [`Sequencer`]: it submits each
+//! completed batch, asks [`Sequencer::ready`] which batches may go out (sealing new ones
+//! with the next sequence numbers), and reports what comes back. The rules:
+//!
+//! - A batch is *sealed* (producer id, epoch, base sequence) when it first leaves the
+//!   router, and keeps that identity through every resend, to whichever broker leads its
+//!   partition then, so the broker can recognise a resend of what it already wrote.
+//! - At most [`MAX_IN_FLIGHT_PER_PARTITION`] sealed batches of a partition are out at once
+//!   (the broker remembers the last five per producer and partition).
+//! - When a sealed batch comes back unacknowledged, nothing more of its partition goes out
+//!   until every batch of the partition that is out has come back; then the held batches
+//!   go again, lowest sequence first, before any new batch. So the broker sees each
+//!   partition's sequences in order.
+//! - A sealed batch that is discarded unwritten leaves a gap: the partition *rewinds*, and
+//!   the held batches after it are sealed again from the gap's base.
+//! - When the broker has lost our state (UNKNOWN_PRODUCER_ID, an OUT_OF_ORDER_SEQUENCE_NUMBER
+//!   on the first unacknowledged batch) or fenced us, or a gap cannot be proved unwritten,
+//!   the whole producer *resets*: once nothing is out, a new epoch (or producer id) is
+//!   fetched and every partition starts again at sequence 0, held batches first.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::time::Instant;
+
+use crate::fasthash::{FastMap, Fnv};
+
+/// Sealed batches per partition that may be unacknowledged at once: brokers keep the
+/// sequence metadata of the last five batches per producer and partition.
+pub const MAX_IN_FLIGHT_PER_PARTITION: usize = 5;
+
+/// Sequence numbers wrap to 0 after `i32::MAX`, as the Java producer does.
+const SEQ_SPACE: i64 = 1 << 31;
+
+/// A partition: (topic id, partition id).
+pub type PartKey = (u32, i32);
+
+/// A sealed batch's identity in the broker's eyes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seq {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base: i32,
+    /// It went out under this identity on a connection that was lost before the answer:
+    /// the broker may have written it.
+    pub uncertain: bool,
+}
+
+/// What the sequencer needs of a batch.
+pub trait Sealable {
+    fn part(&self) -> PartKey;
+    /// Records in the batch (each takes one sequence number).
+    fn records(&self) -> usize;
+    fn seq(&self) -> Option<Seq>;
+    fn set_seq(&mut self, seq: Option<Seq>);
+}
+
+/// `seq + n` in Kafka's wrapping sequence space.
+pub fn seq_add(seq: i32, n: usize) -> i32 {
+    let n = (n as u64 % SEQ_SPACE as u64) as i64;
+    ((i64::from(seq) + n) % SEQ_SPACE) as i32
+}
+
+/// How far `to` lies after `from` in the wrapping sequence space.
+fn seq_distance(from: i32, to: i32) -> u32 {
+    (i64::from(to) - i64::from(from)).rem_euclid(SEQ_SPACE) as u32
+}
+
+/// The producer's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Waiting for the first producer id (`asked`: the request is out): batches queue.
+    Pending { asked: bool },
+    /// Sealing with this identity.
+    On { producer_id: i64, epoch: i16 },
+    /// A new epoch (or a new producer id if `fresh_id`) is needed. Nothing goes out until
+    /// every sealed batch is back; then [`Sequencer::id_request_due`] says to ask for one.
+    Resetting {
+        producer_id: i64,
+        epoch: i16,
+        fresh_id: bool,
+        asked: bool,
+    },
+    /// The cluster does not support idempotence: batches go unsealed.
+    Off,
+}
+
+/// The producer identity to present when asking for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdRequest {
+    /// A new producer id (first start, fenced, or epoch exhausted).
+    Fresh,
+    /// Bump the epoch of this producer id (KIP-360, InitProducerId v3+).
+    Bump { producer_id: i64, epoch: i16 },
+}
+
+struct Part<B> {
+    /// Base sequence of the next batch to seal.
+    next_seq: i32,
+    /// The sequence after the last acknowledged batch: what the broker expects next, as
+    /// far as we know.
+    acked_next: i32,
+    /// Sealed batches out with dispatchers.
+    in_flight: usize,
+    /// Base sequences of the sealed batches from the oldest unacknowledged one on, and
+    /// whether each is acknowledged. A broker detects duplicates among the last five
+    /// batches it wrote, so a new batch is sealed only while this holds fewer than five:
+    /// a resend of the oldest then still falls inside the broker's memory.
+    window: VecDeque<(i32, bool)>,
+    /// Sealed batches back from dispatchers, to send again.
+    held: Vec<B>,
+    /// Batches not sealed yet, in the order they must go.
+    queued: VecDeque<B>,
+    /// A sealed batch at this base was discarded unwritten: the held batches are sealed
+    /// again from here.
+    rewind: Option<i32>,
+    /// Held batches wait until then (a broker asked us to back off).
+    not_before: Option<Instant>,
+}
+
+impl<B> Default for Part<B> {
+    fn default() -> Self {
+        Part {
+            next_seq: 0,
+            acked_next: 0,
+            in_flight: 0,
+            window: VecDeque::new(),
+            held: Vec::new(),
+            queued: VecDeque::new(),
+            rewind: None,
+            not_before: None,
+        }
+    }
+}
+
+impl<B: Sealable> Part<B> {
+    fn must_resend(&self) -> bool {
+        self.rewind.is_some() || !self.held.is_empty()
+    }
+
+    /// How far a sealed sequence lies behind the next one to assign: every sealed batch
+    /// is within the last few batches, so this orders them oldest first (largest).
+    fn age(&self, base: i32) -> u32 {
+        seq_distance(base, self.next_seq)
+    }
+
+    /// Orders held batches by their sequence, oldest first.
+    fn sort_held(&mut self) {
+        let next = self.next_seq;
+        self.held.sort_by_key(|b| {
+            std::cmp::Reverse(b.seq().map_or(u32::MAX, |s| seq_distance(s.base, next)))
+        });
+    }
+
+    /// Seals the held batches from `base` on again, in order, from `base`: those before
+    /// it keep their sequence (they precede the gap).
+    fn reseal_held(&mut self, producer_id: i64, epoch: i16, base: i32) {
+        let (old_next, gap_age) = (self.next_seq, seq_distance(base, self.next_seq));
+        self.window
+            .retain(|&(b, _)| seq_distance(b, old_next) > gap_age);
+        let mut next = base;
+        for b in &mut self.held {
+            if b.seq()
+                .is_some_and(|s| seq_distance(s.base, old_next) > gap_age)
+            {
+                continue;
+            }
+            self.window.push_back((next, false));
+            b.set_seq(Some(Seq {
+                producer_id,
+                epoch,
+                base: next,
+                uncertain: false,
+            }));
+            next = seq_add(next, b.records());
+        }
+        self.next_seq = next;
+    }
+}
+
+/// Per-partition sequence state and send windows for an idempotent producer.
+pub struct Sequencer<B> {
+    mode: Mode,
+    parts: FastMap<PartKey, Part<B>>,
+    /// Partitions that may have something to send.
+    dirty: HashSet<PartKey, BuildHasherDefault<Fnv>>,
+    /// Sealed batches out with dispatchers, all partitions.
+    in_flight: usize,
+    /// Reused key buffer for [`Sequencer::ready`].
+    scan: Vec<PartKey>,
+}
+
+impl<B: Sealable> Default for Sequencer<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B: Sealable> Sequencer<B> {
+    pub fn new() -> Self {
+        Sequencer {
+            mode: Mode::Pending { asked: false },
+            parts: FastMap::default(),
+            dirty: HashSet::default(),
+            in_flight: 0,
+            scan: Vec::new(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Sealed batches out with dispatchers.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// A completed batch for its partition, not sealed yet.
+    pub fn submit(&mut self, b: B) {
+        let k = b.part();
+        self.parts.entry(k).or_default().queued.push_back(b);
+        self.dirty.insert(k);
+    }
+
+    /// Moves the batches that may go out now into `out`, sealed, in the order they must be
+    /// sent. `sendable` says whether a partition's leader is known and reachable. Every
+    /// batch handed out is in flight until [`Sequencer::on_ack`] or [`Sequencer::on_back`].
+    pub fn ready(
+        &mut self,
+        now: Instant,
+        mut sendable: impl FnMut(PartKey) -> bool,
+        out: &mut Vec<B>,
+    ) {
+        let Mode::On { producer_id, epoch } = self.mode else {
+            return;
+        };
+        let mut scan = std::mem::take(&mut self.scan);
+        scan.clear();
+        scan.extend(self.dirty.iter().copied());
+        for &k in &scan {
+            let Some(p) = self.parts.get_mut(&k) else {
+                self.dirty.remove(&k);
+                continue;
+            };
+            if p.must_resend() {
+                if p.in_flight > 0 {
+                    // Wait for every batch out to come back; on_ack/on_back mark it again.
+                    self.dirty.remove(&k);
+                    continue;
+                }
+                if p.not_before.is_some_and(|t| now < t) || !sendable(k) {
+                    continue;
+                }
+                p.not_before = None;
+                p.sort_held();
+                if let Some(base) = p.rewind.take() {
+                    p.reseal_held(producer_id, epoch, base);
+                }
+                let n = p.held.len();
+                p.in_flight += n;
+                self.in_flight += n;
+                out.append(&mut p.held);
+            }
+            if p.queued.is_empty() {
+                self.dirty.remove(&k);
+                continue;
+            }
+            if !sendable(k) {
+                continue;
+            }
+            while p.window.len() < MAX_IN_FLIGHT_PER_PARTITION {
+                let Some(mut b) = p.queued.pop_front() else {
+                    break;
+                };
+                b.set_seq(Some(Seq {
+                    producer_id,
+                    epoch,
+                    base: p.next_seq,
+                    uncertain: false,
+                }));
+                p.window.push_back((p.next_seq, false));
+                p.next_seq = seq_add(p.next_seq, b.records());
+                p.in_flight += 1;
+                self.in_flight += 1;
+                out.push(b);
+            }
+            if p.queued.is_empty() || p.window.len() >= MAX_IN_FLIGHT_PER_PARTITION {
+                // Nothing left, or the window is full: an ack marks it again.
+                self.dirty.remove(&k);
+            }
+        }
+        self.scan = scan;
+    }
+
+    /// The earliest time a held batch may go again, for the router's timer.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.dirty
+            .iter()
+            .filter_map(|k| self.parts.get(k)?.not_before)
+            .min()
+    }
+
+    fn came_back(&mut self, k: PartKey) -> Option<&mut Part<B>> {
+        let p = self.parts.get_mut(&k)?;
+        debug_assert!(p.in_flight > 0, "a batch came back that was not out");
+        p.in_flight = p.in_flight.saturating_sub(1);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.dirty.insert(k);
+        Some(p)
+    }
+
+    /// A sealed batch of `records` records was acknowledged (also as a duplicate).
+    pub fn on_ack(&mut self, k: PartKey, seq: Seq, records: usize) {
+        let mode = self.mode;
+        let Some(p) = self.came_back(k) else {
+            return;
+        };
+        if p.rewind.is_some_and(|r| p.age(seq.base) <= p.age(r)) {
+            // The broker took a batch after a gap we thought it never wrote: our view of
+            // its sequence is wrong, so start afresh.
+            self.request_reset(false);
+            return;
+        }
+        let current = match mode {
+            Mode::On { producer_id, epoch }
+            | Mode::Resetting {
+                producer_id, epoch, ..
+            } => seq.producer_id == producer_id && seq.epoch == epoch,
+            _ => false,
+        };
+        if !current {
+            return;
+        }
+        let end = seq_add(seq.base, records);
+        if seq_distance(p.acked_next, end) <= seq_distance(p.acked_next, p.next_seq) {
+            p.acked_next = end;
+        }
+        if let Some(e) = p.window.iter_mut().find(|e| e.0 == seq.base) {
+            e.1 = true;
+        }
+        while p.window.front().is_some_and(|e| e.1) {
+            p.window.pop_front();
+        }
+    }
+
+    /// A sealed batch came back without an acknowledgement; the caller then holds it
+    /// ([`Sequencer::hold`]), discards it ([`Sequencer::lost`]), or both for parts of it.
+    pub fn on_back(&mut self, k: PartKey) {
+        self.came_back(k);
+    }
+
+    /// Keeps a sealed batch to send again (after `not_before`, if given). `uncertain`: it
+    /// was out on a connection lost before the answer, so it may have been written.
+    pub fn hold(&mut self, mut b: B, not_before: Option<Instant>, uncertain: bool) {
+        let k = b.part();
+        if uncertain {
+            if let Some(mut s) = b.seq() {
+                s.uncertain = true;
+                b.set_seq(Some(s));
+            }
+        }
+        let p = self.parts.entry(k).or_default();
+        if let Some(t) = not_before {
+            p.not_before = Some(p.not_before.map_or(t, |x| x.max(t)));
+        }
+        p.held.push(b);
+        self.dirty.insert(k);
+    }
+
+    /// Records of a sealed batch (identity `seq`) were discarded. If the batch cannot
+    /// have been written, the partition rewinds to its base; if it may have been written
+    /// (it was once out on a lost connection), only a new epoch makes the sequence safe.
+    pub fn lost(&mut self, k: PartKey, seq: Seq) {
+        if seq.uncertain {
+            self.request_reset(false);
+            return;
+        }
+        let Some(p) = self.parts.get_mut(&k) else {
+            return;
+        };
+        p.rewind = Some(match p.rewind {
+            Some(r) if p.age(r) >= p.age(seq.base) => r,
+            _ => seq.base,
+        });
+        self.dirty.insert(k);
+    }
+
+    /// Whether `seq` is the first unacknowledged batch of its partition: an
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER for it means the broker lost our sequence, whereas for
+    /// a later batch it only means an earlier one failed first.
+    pub fn is_first_unacked(&self, k: PartKey, seq: Seq) -> bool {
+        let current = matches!(self.mode, Mode::On { producer_id, epoch }
+            if producer_id == seq.producer_id && epoch == seq.epoch);
+        current
+            && self
+                .parts
+                .get(&k)
+                .is_some_and(|p| p.rewind.is_none() && p.acked_next == seq.base)
+    }
+
+    /// Asks for a new epoch (or, with `fresh_id`, a new producer id) once nothing is out.
+    pub fn request_reset(&mut self, fresh_id: bool) {
+        self.mode = match self.mode {
+            Mode::On { producer_id, epoch } => Mode::Resetting {
+                producer_id,
+                epoch,
+                fresh_id,
+                asked: false,
+            },
+            Mode::Resetting {
+                producer_id,
+                epoch,
+                fresh_id: f,
+                asked,
+            } => Mode::Resetting {
+                producer_id,
+                epoch,
+                fresh_id: f || fresh_id,
+                asked,
+            },
+            m => m,
+        };
+    }
+
+    /// The InitProducerId request to send now, if one is due: at start, or while
+    /// resetting once nothing is out. Once each time; again after
+    /// [`Sequencer::id_request_failed`].
+    pub fn id_request_due(&mut self) -> Option<IdRequest> {
+        if let Mode::Pending { asked } = &mut self.mode {
+            if *asked {
+                return None;
+            }
+            *asked = true;
+            return Some(IdRequest::Fresh);
+        }
+        let Mode::Resetting {
+            producer_id,
+            epoch,
+            fresh_id,
+            asked,
+        } = &mut self.mode
+        else {
+            return None;
+        };
+        if *asked || self.in_flight > 0 {
+            return None;
+        }
+        *asked = true;
+        Some(if *fresh_id || *epoch == i16::MAX {
+            IdRequest::Fresh
+        } else {
+            IdRequest::Bump {
+                producer_id: *producer_id,
+                epoch: *epoch,
+            }
+        })
+    }
+
+    /// The request for a producer id failed; [`Sequencer::id_request_due`] asks again.
+    pub fn id_request_failed(&mut self) {
+        if let Mode::Pending { asked } | Mode::Resetting { asked, .. } = &mut self.mode {
+            *asked = false;
+        }
+    }
+
+    /// A producer id and epoch arrived. After a reset every partition starts again at
+    /// sequence 0 with its held batches first; `on_uncertain` sees each held batch that
+    /// may have been written under its old identity (a resend may now duplicate it).
+    pub fn producer_ready(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        mut on_uncertain: impl FnMut(&B),
+    ) {
+        match self.mode {
+            Mode::Pending { .. } => {}
+            Mode::Resetting { .. } => {
+                for (k, p) in &mut self.parts {
+                    p.sort_held();
+                    for b in &p.held {
+                        if b.seq().is_some_and(|s| s.uncertain) {
+                            on_uncertain(b);
+                        }
+                    }
+                    for b in &mut p.held {
+                        b.set_seq(None);
+                    }
+                    p.acked_next = 0;
+                    p.rewind = None;
+                    p.window.clear();
+                    p.reseal_held(producer_id, epoch, 0);
+                    self.dirty.insert(*k);
+                }
+            }
+            Mode::On { .. } | Mode::Off => return,
+        }
+        self.mode = Mode::On { producer_id, epoch };
+    }
+
+    /// The cluster cannot do idempotence: from now on batches go unsealed. Every batch
+    /// the sequencer holds moves to `out`, unsealed, in order; `on_uncertain` sees those
+    /// that may have been written already.
+    pub fn disable(&mut self, out: &mut Vec<B>, mut on_uncertain: impl FnMut(&B)) {
+        self.mode = Mode::Off;
+        for (_, mut p) in self.parts.drain() {
+            p.sort_held();
+            for mut b in p.held.drain(..).chain(p.queued.drain(..)) {
+                if b.seq().is_some_and(|s| s.uncertain) {
+                    on_uncertain(&b);
+                }
+                b.set_seq(None);
+                out.push(b);
+            }
+        }
+        self.dirty.clear();
+    }
+
+    /// Partitions with batches not sealed yet.
+    pub fn queued_parts(&self) -> Vec<PartKey> {
+        self.parts
+            .iter()
+            .filter(|(_, p)| !p.queued.is_empty())
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Takes back the batches of `k` not sealed yet (to route them elsewhere, e.g. when
+    /// the partition's leader is unreachable). Sealed batches stay: their sequence belongs
+    /// to this partition.
+    pub fn take_queued(&mut self, k: PartKey) -> Vec<B> {
+        self.parts
+            .get_mut(&k)
+            .map(|p| p.queued.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// Partitions that may have something to send (for [`Sequencer::ready`]'s
+    /// `sendable`).
+    pub fn dirty_parts(&self) -> impl Iterator<Item = PartKey> + '_ {
+        self.dirty.iter().copied()
+    }
+
+    /// Every batch held or queued (for discarding at shutdown).
+    pub fn drain(&mut self, out: &mut Vec<B>) {
+        for p in self.parts.values_mut() {
+            out.append(&mut p.held);
+            out.extend(p.queued.drain(..));
+        }
+    }
+
+    /// Batches held or queued (not out with dispatchers).
+    pub fn waiting(&self) -> usize {
+        self.parts
+            .values()
+            .map(|p| p.held.len() + p.queued.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    #[derive(Debug)]
+    struct TB {
+        part: PartKey,
+        ids: Vec<u64>,
+        seq: Option<Seq>,
+    }
+
+    impl Sealable for TB {
+        fn part(&self) -> PartKey {
+            self.part
+        }
+        fn records(&self) -> usize {
+            self.ids.len()
+        }
+        fn seq(&self) -> Option<Seq> {
+            self.seq
+        }
+        fn set_seq(&mut self, seq: Option<Seq>) {
+            self.seq = seq;
+        }
+    }
+
+    #[test]
+    fn sequence_space_wraps_like_kafka() {
+        assert_eq!(seq_add(0, 5), 5);
+        assert_eq!(seq_add(i32::MAX, 1), 0);
+        assert_eq!(seq_add(i32::MAX - 1, 3), 1);
+        assert_eq!(seq_distance(i32::MAX, 0), 1);
+        assert_eq!(seq_distance(5, 5), 0);
+        assert_eq!(seq_distance(6, 5), (SEQ_SPACE - 1) as u32);
+    }
+
+    /// What a Kafka partition leader keeps per producer id (KIP-98): its epoch, the next
+    /// sequence it expects, and the last five batches for duplicate detection.
+    #[derive(Default)]
+    struct ProducerEntry {
+        epoch: i16,
+        next: i32,
+        window: VecDeque<(i32, usize)>,
+    }
+
+    #[derive(Default)]
+    struct ModelPartition {
+        log: Vec<u64>,
+        producers: HashMap<i64, ProducerEntry>,
+    }
+
+    const NONE: i16 = 0;
+    const OOS: i16 = 45;
+    const DUP: i16 = 46;
+    const BAD_EPOCH: i16 = 47;
+    const UNKNOWN_PID: i16 = 59;
+    const TOO_LARGE: i16 = 10;
+
+    impl ModelPartition {
+        /// The broker's answer to a produce of `b`; `reject` makes it refuse a batch it
+        /// would otherwise write (MESSAGE_TOO_LARGE), after duplicate detection.
+        fn produce(&mut self, b: &TB, reject: bool) -> i16 {
+            let s = b.seq.expect("only sealed batches are sent");
+            let n = b.ids.len();
+            match self.producers.get_mut(&s.producer_id) {
+                Some(e) if s.epoch < e.epoch => return BAD_EPOCH,
+                Some(e) if s.epoch == e.epoch => {
+                    if e.window.contains(&(s.base, n)) {
+                        return DUP;
+                    }
+                    if s.base != e.next {
+                        return OOS;
+                    }
+                }
+                Some(_) | None => {
+                    if s.base != 0 {
+                        return if self.producers.contains_key(&s.producer_id) {
+                            OOS
+                        } else {
+                            UNKNOWN_PID
+                        };
+                    }
+                    self.producers.insert(
+                        s.producer_id,
+                        ProducerEntry {
+                            epoch: s.epoch,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+            if reject {
+                return TOO_LARGE;
+            }
+            let e = self.producers.get_mut(&s.producer_id).expect("inserted");
+            e.next = seq_add(s.base, n);
+            e.window.push_back((s.base, n));
+            if e.window.len() > 5 {
+                e.window.pop_front();
+            }
+            self.log.extend(&b.ids);
+            NONE
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Submit(usize, usize),
+        Deliver(usize, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3usize, 1..4usize).prop_map(|(p, n)| Op::Submit(p, n)),
+            (0..3usize, 0..12u8).prop_map(|(p, f)| Op::Deliver(p, f)),
+        ]
+    }
+
+    struct World {
+        seq: Sequencer<TB>,
+        brokers: Vec<ModelPartition>,
+        wire: Vec<VecDeque<TB>>,
+        next_id: u64,
+        next_pid: i64,
+        epochs: HashMap<i64, i16>,
+        discarded: BTreeMap<u64, u32>,
+        flagged: HashMap<u64, u32>,
+        id_fail_once: bool,
+        now: Instant,
+    }
+
+    impl World {
+        fn new(parts: usize) -> World {
+            World {
+                seq: Sequencer::new(),
+                brokers: (0..parts).map(|_| ModelPartition::default()).collect(),
+                wire: (0..parts).map(|_| VecDeque::new()).collect(),
+                next_id: 0,
+                next_pid: 1000,
+                epochs: HashMap::new(),
+                discarded: BTreeMap::new(),
+                flagged: HashMap::new(),
+                id_fail_once: true,
+                now: Instant::now(),
+            }
+        }
+
+        fn pump(&mut self) {
+            if let Some(req) = self.seq.id_request_due() {
+                if std::mem::take(&mut self.id_fail_once) {
+                    self.seq.id_request_failed();
+                    return self.pump();
+                }
+                let (pid, epoch) = match req {
+                    IdRequest::Fresh => {
+                        self.next_pid += 1;
+                        (self.next_pid, 0)
+                    }
+                    IdRequest::Bump { producer_id, epoch } => {
+                        assert_eq!(self.epochs[&producer_id], epoch);
+                        (producer_id, epoch + 1)
+                    }
+                };
+                self.epochs.insert(pid, epoch);
+                let flagged = &mut self.flagged;
+                self.seq.producer_ready(pid, epoch, |b| {
+                    for id in &b.ids {
+                        *flagged.entry(*id).or_default() += 1;
+                    }
+                });
+            }
+            let mut out = Vec::new();
+            self.seq.ready(self.now, |_| true, &mut out);
+            for b in out {
+                let i = b.part.1 as usize;
+                self.wire[i].push_back(b);
+            }
+        }
+
+        fn deliver(&mut self, i: usize, fault: u8) {
+            let Some(b) = self.wire[i].pop_front() else {
+                return;
+            };
+            let k = b.part;
+            let s = b.seq.expect("sealed");
+            match fault {
+                // A retriable error (e.g. NOT_LEADER): not written.
+                1 => {
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, false);
+                }
+                // The connection is lost after the broker took the request: every batch
+                // out on it comes back in doubt.
+                2 => {
+                    self.brokers[i].produce(&b, false);
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, true);
+                    while let Some(b) = self.wire[i].pop_front() {
+                        self.seq.on_back(k);
+                        self.seq.hold(b, None, true);
+                    }
+                }
+                // The broker forgot the producer: retention deleted the records of its
+                // acknowledged batches (KIP-360), so only when none is in doubt.
+                3 if !s.uncertain
+                    && self.wire[i].is_empty()
+                    && self.seq.parts[&k].held.is_empty() =>
+                {
+                    self.brokers[i].producers.clear();
+                    self.answer(b, false);
+                }
+                _ => self.answer(b, fault == 4),
+            }
+        }
+
+        fn answer(&mut self, b: TB, reject: bool) {
+            let i = b.part.1 as usize;
+            let k = b.part;
+            let s = b.seq.expect("sealed");
+            match self.brokers[i].produce(&b, reject) {
+                NONE | DUP => self.seq.on_ack(k, s, b.ids.len()),
+                OOS => {
+                    if self.seq.is_first_unacked(k, s) {
+                        self.seq.request_reset(false);
+                    }
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, false);
+                }
+                BAD_EPOCH => {
+                    self.seq.request_reset(true);
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, false);
+                }
+                UNKNOWN_PID => {
+                    self.seq.request_reset(false);
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, false);
+                }
+                TOO_LARGE => {
+                    self.seq.on_back(k);
+                    self.seq.lost(k, s);
+                    for id in &b.ids {
+                        *self.discarded.entry(*id).or_default() += 1;
+                    }
+                }
+                other => panic!("unexpected answer {other}"),
+            }
+        }
+    }
+
+    fn run(parts: usize, ops: &[Op]) -> World {
+        let mut w = World::new(parts);
+        let mut submitted: Vec<Vec<u64>> = vec![Vec::new(); parts];
+        for op in ops {
+            match *op {
+                Op::Submit(p, n) => {
+                    let p = p % parts;
+                    let ids: Vec<u64> = (w.next_id..w.next_id + n as u64).collect();
+                    w.next_id += n as u64;
+                    submitted[p].extend(&ids);
+                    w.seq.submit(TB {
+                        part: (7, p as i32),
+                        ids,
+                        seq: None,
+                    });
+                }
+                Op::Deliver(p, fault) => w.deliver(p % parts, fault),
+            }
+            w.pump();
+        }
+        // Then a healthy network until everything is settled.
+        for _ in 0..10_000 {
+            w.pump();
+            let Some(i) = (0..parts).find(|&i| !w.wire[i].is_empty()) else {
+                break;
+            };
+            w.deliver(i, 0);
+        }
+        assert_eq!(w.seq.in_flight(), 0, "nothing may stay out");
+        assert_eq!(w.seq.waiting(), 0, "nothing may stay held or queued");
+        assert!(
+            matches!(w.seq.mode(), Mode::On { .. }),
+            "{:?}",
+            w.seq.mode()
+        );
+        for (p, ids) in submitted.iter().enumerate() {
+            let log = &w.brokers[p].log;
+            let mut count: HashMap<u64, u32> = HashMap::new();
+            for id in log {
+                *count.entry(*id).or_default() += 1;
+            }
+            for id in ids {
+                let written = count.get(id).copied().unwrap_or(0);
+                let dropped = w.discarded.get(id).copied().unwrap_or(0);
+                // Every copy beyond the first was counted as a possible duplicate, and
+                // nothing is both missing and uncounted.
+                let flags = w.flagged.get(id).copied().unwrap_or(0);
+                assert!(
+                    dropped <= 1 && written + dropped >= 1 && written + dropped <= 1 + flags,
+                    "id {id}: written {written}, discarded {dropped}, flagged {flags}, log {log:?}"
+                );
+            }
+            // Order per partition: first appearances follow submission order.
+            let mut seen = HashSet::new();
+            let firsts: Vec<u64> = log.iter().copied().filter(|id| seen.insert(*id)).collect();
+            assert!(
+                firsts.windows(2).all(|w| w[0] < w[1]),
+                "partition {p} out of order: {firsts:?}"
+            );
+        }
+        w
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn every_message_lands_once_in_order(ops in proptest::collection::vec(op(), 0..120)) {
+            run(3, &ops);
+        }
+    }
+
+    #[test]
+    fn healthy_path_seals_contiguous_sequences_with_five_in_flight() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        assert_eq!(s.id_request_due(), Some(IdRequest::Fresh));
+        assert_eq!(s.id_request_due(), None);
+        for i in 0..7u64 {
+            s.submit(TB {
+                part: (1, 0),
+                ids: vec![2 * i, 2 * i + 1],
+                seq: None,
+            });
+        }
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        assert!(out.is_empty(), "nothing is sealed before the producer id");
+        s.producer_ready(42, 0, |_| panic!("nothing uncertain"));
+        s.ready(Instant::now(), |_| true, &mut out);
+        let bases: Vec<i32> = out.iter().map(|b| b.seq.unwrap().base).collect();
+        assert_eq!(bases, [0, 2, 4, 6, 8]);
+        assert_eq!(s.in_flight(), 5);
+        let first = out.remove(0);
+        s.on_ack((1, 0), first.seq.unwrap(), 2);
+        let mut more = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut more);
+        assert_eq!(more.len(), 1);
+        assert_eq!(more[0].seq.unwrap().base, 10);
+    }
+
+    #[test]
+    fn a_failed_batch_waits_for_its_partition_then_goes_first() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(1, 0, |_| {});
+        for i in 0..3u64 {
+            s.submit(TB {
+                part: (1, 0),
+                ids: vec![i],
+                seq: None,
+            });
+        }
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        let b2 = out.pop().unwrap();
+        let b1 = out.pop().unwrap();
+        let b0 = out.pop().unwrap();
+        s.on_back((1, 0));
+        s.hold(b0, None, false);
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![3],
+            seq: None,
+        });
+        let mut again = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut again);
+        assert!(
+            again.is_empty(),
+            "two batches of the partition are still out"
+        );
+        s.on_back((1, 0));
+        s.hold(b2, None, false);
+        s.on_back((1, 0));
+        s.hold(b1, None, false);
+        s.ready(Instant::now(), |_| true, &mut again);
+        let order: Vec<(u64, i32)> = again
+            .iter()
+            .map(|b| (b.ids[0], b.seq.unwrap().base))
+            .collect();
+        assert_eq!(order, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    }
+
+    #[test]
+    fn a_discarded_gap_rewinds_the_partition() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(1, 0, |_| {});
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![0, 1],
+            seq: None,
+        });
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![2],
+            seq: None,
+        });
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        let b1 = out.pop().unwrap();
+        let b0 = out.pop().unwrap();
+        s.on_back((1, 0));
+        s.lost((1, 0), b0.seq.unwrap());
+        s.on_back((1, 0));
+        s.hold(b1, None, false);
+        let mut again = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut again);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].seq.unwrap().base, 0, "sealed again into the gap");
+        assert_eq!(
+            s.mode(),
+            Mode::On {
+                producer_id: 1,
+                epoch: 0
+            }
+        );
+    }
+
+    #[test]
+    fn losing_a_batch_that_may_be_written_bumps_the_epoch() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(9, 3, |_| {});
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![0],
+            seq: None,
+        });
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![1],
+            seq: None,
+        });
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        let b1 = out.pop().unwrap();
+        let b0 = out.pop().unwrap();
+        s.on_back((1, 0));
+        s.hold(b0, None, true);
+        s.on_back((1, 0));
+        s.hold(b1, None, true);
+        let mut again = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut again);
+        let b0 = again.remove(0);
+        s.on_back((1, 0));
+        s.lost((1, 0), b0.seq.unwrap());
+        assert!(matches!(s.mode(), Mode::Resetting { .. }));
+        assert_eq!(s.id_request_due(), None, "one batch is still out");
+        let b1 = again.remove(0);
+        s.on_back((1, 0));
+        s.hold(b1, None, false);
+        assert_eq!(
+            s.id_request_due(),
+            Some(IdRequest::Bump {
+                producer_id: 9,
+                epoch: 3
+            })
+        );
+        let mut flagged: Vec<u64> = Vec::new();
+        s.producer_ready(9, 4, |b| flagged.extend(&b.ids));
+        assert_eq!(
+            flagged,
+            [1],
+            "the held batch may have been written under epoch 3"
+        );
+        let mut last = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut last);
+        assert_eq!(
+            last[0].seq.unwrap(),
+            Seq {
+                producer_id: 9,
+                epoch: 4,
+                base: 0,
+                uncertain: false
+            }
+        );
+    }
+
+    #[test]
+    fn disabling_hands_back_everything_unsealed_in_order() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![0],
+            seq: None,
+        });
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![1],
+            seq: None,
+        });
+        let mut out = Vec::new();
+        s.disable(&mut out, |_| panic!("nothing was sent"));
+        assert_eq!(out.iter().map(|b| b.ids[0]).collect::<Vec<_>>(), [0, 1]);
+        assert!(out.iter().all(|b| b.seq.is_none()));
+        assert_eq!(s.mode(), Mode::Off);
+    }
+}
