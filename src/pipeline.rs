@@ -52,6 +52,9 @@ pub struct Msg {
     pub timestamp: i64,
     /// When the input accepted it: starts the batch clock (not the client's timestamp).
     pub arrival: Instant,
+    /// Its commit-point tracking key, `min(timestamp, receipt time)` in ms since the epoch
+    /// (see [`crate::report::commit_points`]); set by the input as it hands the message on.
+    pub commit_key: i64,
     /// Key bytes followed by value bytes.
     pub payload: Lease,
     pub key_len: u32,

@@ -53,6 +53,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select_biased, tick, Sender};
 use serde::Serialize;
 
+use crate::pipeline::Msg;
+
 /// The tracking key of a message: its client timestamp, but never later than its receipt.
 pub fn tracking_key(timestamp: i64, receipt_ms: i64) -> i64 {
     timestamp.min(receipt_ms)
@@ -216,8 +218,11 @@ impl TopicTrack {
     }
 }
 
-/// The overall commit point from each topic's `(min_unresolved, max_key)`.
-pub fn overall(topics: impl IntoIterator<Item = (Option<i64>, Option<i64>)>) -> Option<i64> {
+/// A topic's `(smallest unresolved key, largest key)`: what [`overall`] needs of it.
+pub type Bounds = (Option<i64>, Option<i64>);
+
+/// The overall commit point from each topic's bounds.
+pub fn overall(topics: impl IntoIterator<Item = Bounds>) -> Option<i64> {
     let (mut min_unresolved, mut max_key) = (None::<i64>, None::<i64>);
     for (lo, hi) in topics {
         if let Some(lo) = lo {
@@ -334,6 +339,94 @@ impl TopicCell {
     }
 }
 
+/// The daemon-wide part of tracking: whether it is on, the clock arrival times are counted
+/// on, and the state file's error count. The hooks take one topic's messages of one batch.
+#[derive(Debug)]
+pub struct Tracking {
+    enabled: bool,
+    /// Arrivals are kept as milliseconds since this instant.
+    anchor: Instant,
+    file_errors: AtomicU64,
+}
+
+impl Tracking {
+    pub fn new(enabled: bool) -> Self {
+        Tracking {
+            enabled,
+            anchor: Instant::now(),
+            file_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether commit points (and the oldest unacknowledged age) are tracked.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Failed state file writes.
+    pub fn file_errors(&self) -> &AtomicU64 {
+        &self.file_errors
+    }
+
+    fn arrival_ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.anchor).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn pairs<'a>(&'a self, msgs: &'a [Msg]) -> impl Iterator<Item = (i64, u64)> + 'a {
+        msgs.iter()
+            .map(|m| (m.commit_key, self.arrival_ms(m.arrival)))
+    }
+
+    /// Registers messages of one topic as received (their `commit_key` set).
+    pub fn receive<'a>(&self, cell: &TopicCell, msgs: impl Iterator<Item = &'a Msg>) {
+        if self.enabled {
+            cell.track()
+                .receive(msgs.map(|m| (m.commit_key, self.arrival_ms(m.arrival))));
+        }
+    }
+
+    /// Resolves messages of one topic (discarded).
+    pub fn resolve(&self, cell: &TopicCell, msgs: &[Msg]) {
+        if self.enabled {
+            cell.track().resolve(self.pairs(msgs));
+        }
+    }
+
+    /// Messages of one topic acknowledged at `now`: their latencies, then resolved.
+    pub fn delivered(&self, cell: &TopicCell, msgs: &[Msg], now: Instant) {
+        cell.latency.record(
+            msgs.iter()
+                .map(|m| now.saturating_duration_since(m.arrival)),
+        );
+        self.resolve(cell, msgs);
+    }
+
+    /// One topic's point at `now`, with its `(min_unresolved, max_key)` for [`overall`];
+    /// `None` if the topic has never had a message tracked.
+    pub fn point(
+        &self,
+        name: Arc<[u8]>,
+        cell: &TopicCell,
+        now: Instant,
+    ) -> Option<(TopicPoint, Bounds)> {
+        let t = cell.track();
+        t.max_key()?;
+        let age = t
+            .oldest_arrival()
+            .map_or(0, |a| self.arrival_ms(now).saturating_sub(a));
+        Some((
+            TopicPoint {
+                name,
+                commit_point: t.commit_point(),
+                unresolved: t.unresolved(),
+                oldest_unacked: Duration::from_millis(age),
+                late_arrivals: t.late(),
+            },
+            (t.min_unresolved(), t.max_key()),
+        ))
+    }
+}
+
 // ----- reading out -----
 
 /// One topic's state as the status pages and the state file show it.
@@ -359,10 +452,7 @@ pub struct Points {
 impl Points {
     /// Builds the overall values from the topics' (the caller passes each topic's
     /// `(min_unresolved, max_key)` alongside, as [`overall`] needs).
-    pub fn new(
-        mut topics: Vec<TopicPoint>,
-        bounds: impl IntoIterator<Item = (Option<i64>, Option<i64>)>,
-    ) -> Points {
+    pub fn new(mut topics: Vec<TopicPoint>, bounds: impl IntoIterator<Item = Bounds>) -> Points {
         topics.sort_by(|a, b| a.name.cmp(&b.name));
         Points {
             overall: overall(bounds),

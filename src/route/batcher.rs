@@ -145,6 +145,7 @@ mod tests {
             partition_key: None,
             timestamp: 0,
             arrival,
+            commit_key: 0,
             payload: p.alloc(len).expect("room"),
             key_len: 0,
             failed_attempts: 0,
