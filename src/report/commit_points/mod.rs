@@ -39,21 +39,24 @@
 //! same way. Consecutive equal keys (messages of the same millisecond) and equal arrival
 //! times (one input batch) are merged into one multiset update, so a batch touches a few
 //! `BTreeMap` entries, not one per message.
+//!
+//! This file holds the tracker ([`TopicTrack`], pure), the shared per-topic cell and the
+//! hooks ([`Tracking`]); `latency.rs` the latency histogram; `state_file.rs` the state file
+//! and the thread that writes it.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select_biased, tick, Sender};
-use serde::Serialize;
-
 use crate::pipeline::Msg;
+
+mod latency;
+mod state_file;
+
+pub use latency::{LatencyHistogram, LatencySnapshot, LATENCY_BOUNDS};
+pub use state_file::{StateFile, StateWriter};
 
 /// The tracking key of a message: its client timestamp, but never later than its receipt.
 pub fn tracking_key(timestamp: i64, receipt_ms: i64) -> i64 {
@@ -236,92 +239,6 @@ pub fn overall(topics: impl IntoIterator<Item = Bounds>) -> Option<i64> {
     }
 }
 
-// ----- delivery latency -----
-
-/// Upper bounds of the latency histogram's buckets (Prometheus `le`), 1 ms to 60 s in
-/// 1-2.5-5 steps; above the last is the `+Inf` bucket.
-pub const LATENCY_BOUNDS: [Duration; 15] = [
-    Duration::from_millis(1),
-    Duration::from_micros(2_500),
-    Duration::from_millis(5),
-    Duration::from_millis(10),
-    Duration::from_millis(25),
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(250),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_millis(2_500),
-    Duration::from_secs(5),
-    Duration::from_secs(10),
-    Duration::from_secs(25),
-    Duration::from_secs(60),
-];
-
-/// Buckets including `+Inf`.
-const BUCKETS: usize = LATENCY_BOUNDS.len() + 1;
-
-/// The bucket of one latency: the first whose bound is ≥ it.
-fn bucket(latency: Duration) -> usize {
-    LATENCY_BOUNDS.partition_point(|b| *b < latency)
-}
-
-/// Receipt → acknowledgement latency of one topic's delivered messages. Updated once per
-/// acknowledged batch: one atomic add per non-empty bucket.
-#[derive(Debug, Default)]
-pub struct LatencyHistogram {
-    /// Per bucket (not cumulative); the last is `+Inf`.
-    counts: [AtomicU64; BUCKETS],
-    sum_micros: AtomicU64,
-}
-
-/// A histogram read out: cumulative counts per bound (`+Inf` last) and the sum.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LatencySnapshot {
-    pub cumulative: [u64; BUCKETS],
-    pub sum: Duration,
-}
-
-impl LatencySnapshot {
-    /// Messages observed (the `+Inf` bucket).
-    pub fn count(&self) -> u64 {
-        self.cumulative[BUCKETS - 1]
-    }
-}
-
-impl LatencyHistogram {
-    /// Records one batch of latencies.
-    pub fn record(&self, latencies: impl IntoIterator<Item = Duration>) {
-        let mut counts = [0u64; BUCKETS];
-        let mut sum = 0u64;
-        for l in latencies {
-            counts[bucket(l)] += 1;
-            sum = sum.saturating_add(u64::try_from(l.as_micros()).unwrap_or(u64::MAX));
-        }
-        for (a, &n) in self.counts.iter().zip(&counts) {
-            if n > 0 {
-                a.fetch_add(n, Ordering::Relaxed);
-            }
-        }
-        if sum > 0 {
-            self.sum_micros.fetch_add(sum, Ordering::Relaxed);
-        }
-    }
-
-    pub fn snapshot(&self) -> LatencySnapshot {
-        let mut cumulative = [0u64; BUCKETS];
-        let mut total = 0u64;
-        for (c, a) in cumulative.iter_mut().zip(&self.counts) {
-            total += a.load(Ordering::Relaxed);
-            *c = total;
-        }
-        LatencySnapshot {
-            cumulative,
-            sum: Duration::from_micros(self.sum_micros.load(Ordering::Relaxed)),
-        }
-    }
-}
-
 // ----- shared per-topic state -----
 
 /// What inputs, ack readers and the status thread share for one topic.
@@ -467,186 +384,6 @@ impl Points {
     }
 }
 
-// ----- the state file -----
-
-/// The state file's content: the commit points only (ages and counts change all the time
-/// and are for live monitoring).
-#[derive(Debug, Serialize)]
-struct StateJson<'a> {
-    version: &'a str,
-    pid: u32,
-    /// When this file was written, ms since the epoch.
-    written: u64,
-    overall: Option<i64>,
-    topics: Vec<StateTopicJson>,
-}
-
-#[derive(Debug, Serialize)]
-struct StateTopicJson {
-    topic: String,
-    commit_point: Option<i64>,
-}
-
-/// What a state file holds apart from its write time, to tell whether it changed.
-type StateKey = (Option<i64>, Vec<(Arc<[u8]>, Option<i64>)>);
-
-fn state_key(p: &Points) -> StateKey {
-    (
-        p.overall,
-        p.topics
-            .iter()
-            .map(|t| (Arc::clone(&t.name), t.commit_point))
-            .collect(),
-    )
-}
-
-/// The latest commit points on disk, replaced atomically (write `<path>.tmp`, fsync,
-/// rename over `<path>`, fsync the directory), so a reader after a crash finds either the
-/// previous or the new content, never a torn one.
-#[derive(Debug)]
-pub struct StateFile {
-    path: PathBuf,
-    tmp: PathBuf,
-    version: String,
-    last: Option<StateKey>,
-}
-
-/// `<path><suffix>`, in the same directory (so a rename stays on one file system).
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-impl StateFile {
-    /// At start-up: keeps the previous run's file (if any) as `<path>.prev`, so the last
-    /// commit point before a crash survives a restart, then writes an empty state. An
-    /// error here means the path is unusable.
-    pub fn create(path: &Path, version: &str) -> io::Result<StateFile> {
-        if path.exists() {
-            std::fs::rename(path, with_suffix(path, ".prev"))?;
-        }
-        let mut f = StateFile {
-            path: path.to_path_buf(),
-            tmp: with_suffix(path, ".tmp"),
-            version: version.to_string(),
-            last: None,
-        };
-        f.write(&Points::default(), 0)?;
-        Ok(f)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Writes `points` unless the commit points equal the last written ones; returns
-    /// whether it wrote.
-    pub fn write(&mut self, points: &Points, now_ms: u64) -> io::Result<bool> {
-        let key = state_key(points);
-        if self.last.as_ref() == Some(&key) {
-            return Ok(false);
-        }
-        let doc = StateJson {
-            version: &self.version,
-            pid: std::process::id(),
-            written: now_ms,
-            overall: points.overall,
-            topics: points
-                .topics
-                .iter()
-                .map(|t| StateTopicJson {
-                    topic: String::from_utf8_lossy(&t.name).into_owned(),
-                    commit_point: t.commit_point,
-                })
-                .collect(),
-        };
-        let mut bytes = serde_json::to_vec_pretty(&doc).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        write_atomic(&self.path, &self.tmp, &bytes)?;
-        self.last = Some(key);
-        Ok(true)
-    }
-}
-
-/// Replaces `path` with `bytes` through `tmp`: a reader sees the old or the new content.
-fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = File::create(tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(tmp, path)?;
-    // The rename is durable once the directory is.
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
-}
-
-/// Minimum interval between two log lines about state file errors.
-const FILE_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The thread (`commit-points`) that writes the state file at its interval, when changed,
-/// and once more when stopped.
-pub struct StateWriter {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl StateWriter {
-    /// Starts the thread. `points` reads the current state; `errors` counts failed writes.
-    pub fn spawn(
-        mut file: StateFile,
-        interval: Duration,
-        mut points: impl FnMut() -> Points + Send + 'static,
-        errors: &'static AtomicU64,
-    ) -> io::Result<StateWriter> {
-        let (stop, stopped) = bounded::<()>(0);
-        let thread = std::thread::Builder::new()
-            .name("commit-points".into())
-            .spawn(move || {
-                let ticks = tick(interval);
-                let mut last_log: Option<Instant> = None;
-                let mut write = |file: &mut StateFile| {
-                    if let Err(e) = file.write(&points(), crate::report::metrics::now_ms()) {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        if last_log.is_none_or(|t| t.elapsed() >= FILE_ERROR_LOG_INTERVAL) {
-                            log::error!(
-                                "cannot write commit points to {}: {e}",
-                                file.path().display()
-                            );
-                            last_log = Some(Instant::now());
-                        }
-                    }
-                };
-                loop {
-                    select_biased! {
-                        recv(stopped) -> _ => {
-                            write(&mut file);
-                            return;
-                        }
-                        recv(ticks) -> _ => write(&mut file),
-                    }
-                }
-            })?;
-        Ok(StateWriter {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    /// Writes the final state (if changed) and waits for the thread to end.
-    pub fn stop(mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                log::error!("commit-points thread panicked");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -729,27 +466,6 @@ mod tests {
             overall([(Some(500), Some(600)), (None, None), (Some(250), Some(400))]),
             Some(249)
         );
-    }
-
-    #[test]
-    fn latency_buckets_are_le_bounds() {
-        assert_eq!(bucket(Duration::ZERO), 0);
-        assert_eq!(bucket(Duration::from_millis(1)), 0);
-        assert_eq!(bucket(Duration::from_micros(1_001)), 1);
-        assert_eq!(bucket(Duration::from_secs(60)), 14);
-        assert_eq!(bucket(Duration::from_secs(61)), 15);
-        let h = LatencyHistogram::default();
-        h.record([
-            Duration::from_micros(500),
-            Duration::from_millis(3),
-            Duration::from_millis(3),
-            Duration::from_secs(100),
-        ]);
-        let s = h.snapshot();
-        assert_eq!(s.count(), 4);
-        assert_eq!(&s.cumulative[..4], &[1, 1, 3, 3]);
-        assert_eq!(s.cumulative[14], 3);
-        assert_eq!(s.sum, Duration::from_micros(500 + 6_000 + 100_000_000));
     }
 
     #[test]
@@ -906,110 +622,5 @@ mod tests {
                 max_key.iter().copied().max().flatten()
             );
         }
-    }
-
-    fn point(name: &str, cp: Option<i64>) -> TopicPoint {
-        TopicPoint {
-            name: Arc::from(name.as_bytes()),
-            commit_point: cp,
-            unresolved: 0,
-            oldest_unacked: Duration::ZERO,
-            late_arrivals: 0,
-        }
-    }
-
-    fn read_json(path: &Path) -> serde_json::Value {
-        let text = std::fs::read_to_string(path).expect("state file readable");
-        serde_json::from_str(&text).expect("state file is JSON")
-    }
-
-    #[test]
-    fn state_file_keeps_the_previous_run_and_writes_only_changes() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("cp.json");
-        std::fs::write(&path, "previous run\n").expect("seed an old file");
-        let mut f = StateFile::create(&path, "9.9").expect("create");
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("cp.json.prev")).expect("prev kept"),
-            "previous run\n"
-        );
-        let v = read_json(&path);
-        assert_eq!(v["overall"], serde_json::Value::Null);
-        assert_eq!(v["topics"], serde_json::json!([]));
-        assert_eq!(v["version"], "9.9");
-
-        let p = Points::new(
-            vec![point("b", Some(200)), point("a", Some(100))],
-            [(None, Some(200)), (None, Some(100))],
-        );
-        assert!(f.write(&p, 1234).expect("write"));
-        let v = read_json(&path);
-        assert_eq!(v["written"], 1234);
-        assert_eq!(v["overall"], 200);
-        assert_eq!(
-            v["topics"],
-            serde_json::json!([
-                {"topic": "a", "commit_point": 100},
-                {"topic": "b", "commit_point": 200},
-            ])
-        );
-        assert!(
-            !f.write(&p, 5678).expect("unchanged"),
-            "nothing new to write"
-        );
-        assert_eq!(read_json(&path)["written"], 1234);
-        let mut q = p.clone();
-        q.topics[0].unresolved = 7;
-        assert!(!f.write(&q, 5678).expect("unchanged"), "only T matters");
-        q.topics[0].commit_point = Some(150);
-        assert!(f.write(&q, 5678).expect("changed"));
-        assert_eq!(read_json(&path)["topics"][0]["commit_point"], 150);
-        let names: Vec<String> = std::fs::read_dir(dir.path())
-            .expect("list")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
-    }
-
-    #[test]
-    fn state_file_in_a_missing_directory_is_an_error() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let e = StateFile::create(&dir.path().join("no/such/dir/cp.json"), "v").unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
-    }
-
-    #[test]
-    fn state_writer_writes_on_its_interval_and_at_stop() {
-        static ERRORS: AtomicU64 = AtomicU64::new(0);
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("cp.json");
-        let f = StateFile::create(&path, "v").expect("create");
-        let cp = Arc::new(AtomicU64::new(10));
-        let w = {
-            let cp = Arc::clone(&cp);
-            StateWriter::spawn(
-                f,
-                Duration::from_millis(10),
-                move || {
-                    let t = cp.load(Ordering::SeqCst) as i64;
-                    Points::new(vec![point("a", Some(t))], [(None, Some(t))])
-                },
-                &ERRORS,
-            )
-            .expect("spawn")
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while read_json(&path)["overall"] != 10 {
-            assert!(Instant::now() < deadline, "the writer never wrote");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        cp.store(20, Ordering::SeqCst);
-        w.stop();
-        assert_eq!(
-            read_json(&path)["overall"],
-            20,
-            "final state written at stop"
-        );
-        assert_eq!(ERRORS.load(Ordering::SeqCst), 0);
     }
 }
