@@ -78,6 +78,30 @@ impl Msg {
     }
 }
 
+#[cfg(test)]
+impl Msg {
+    /// A message of `len` value bytes (no key) for unit tests, its commit key its timestamp.
+    pub(crate) fn for_test(
+        pool: &'static crate::pool::Pool,
+        topic: TopicId,
+        timestamp: i64,
+        len: usize,
+        arrival: Instant,
+    ) -> Msg {
+        Msg {
+            topic,
+            partition_key: None,
+            timestamp,
+            arrival,
+            commit_key: timestamp,
+            payload: pool.alloc(len).expect("test pool has room"),
+            key_len: 0,
+            failed_attempts: 0,
+            maybe_sent: false,
+        }
+    }
+}
+
 /// Drops messages, returning their pool space with one lock for the lot.
 pub fn free_msgs(msgs: Vec<Msg>) {
     let Some(pool) = msgs.first().map(|m| m.payload.pool()) else {

@@ -100,3 +100,112 @@ pub(super) fn commit_points_json(m: &Metrics, p: &Points, now_ms: u64) -> String
             .collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::report::commit_points::TopicPoint;
+    use crate::report::metrics::MetricsConfig;
+
+    fn points() -> Points {
+        let topic = |name: &str, cp, unresolved, age_ms, late| TopicPoint {
+            name: Arc::from(name.as_bytes()),
+            commit_point: cp,
+            unresolved,
+            oldest_unacked: Duration::from_millis(age_ms),
+            late_arrivals: late,
+        };
+        Points::new(
+            vec![
+                topic("zeta", Some(1_700_000_000_500), 0, 0, 0),
+                topic("alpha", Some(1_700_000_000_099), 4, 250, 1),
+            ],
+            [
+                (None, Some(1_700_000_000_500)),
+                (Some(1_700_000_000_100), Some(1_700_000_000_300)),
+            ],
+        )
+    }
+
+    #[test]
+    fn plain_shape() {
+        let m = Metrics::new(MetricsConfig::default());
+        let now = 1_700_000_001_234;
+        let s = m.start_secs();
+        let expected = format!(
+            "pid: {}\nversion: {}\nsince: {s} {}\n\
+             now (milliseconds since epoch): {now} {}\n\n\
+             commit_point: {:>14}  unresolved: {:10}  oldest_unacked_ms: {:10}  late_arrivals: {:10}  topic: [alpha]\n\
+             commit_point: {:>14}  unresolved: {:10}  oldest_unacked_ms: {:10}  late_arrivals: {:10}  topic: [zeta]\n\n\
+             commit_point: {:>14}  unresolved: {:10}  oldest_unacked_ms: {:10}  overall\n",
+            std::process::id(),
+            m.version(),
+            ctime(s),
+            ctime(now / 1000),
+            1_700_000_000_099i64,
+            4,
+            250,
+            1,
+            1_700_000_000_500i64,
+            0,
+            0,
+            0,
+            1_700_000_000_099i64,
+            4,
+            250,
+        );
+        assert_eq!(commit_points_plain(&m, &points(), now), expected);
+        let empty = commit_points_plain(&m, &Points::default(), now);
+        assert!(
+            empty.ends_with(&format!(
+                "\n\ncommit_point: {:>14}  unresolved: {:10}  oldest_unacked_ms: {:10}  overall\n",
+                "none", 0, 0
+            )),
+            "{empty}"
+        );
+    }
+
+    #[test]
+    fn json_shape() {
+        let m = Metrics::new(MetricsConfig::default());
+        let text = commit_points_json(&m, &points(), 1_700_000_001_234);
+        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(json["now"], 1_700_000_001_234u64);
+        assert_eq!(
+            json["overall"],
+            serde_json::json!({
+                "commit_point": 1_700_000_000_099i64,
+                "unresolved": 4,
+                "oldest_unacked_ms": 250,
+            })
+        );
+        assert_eq!(json["topics"][0]["topic"], "alpha");
+        assert_eq!(json["topics"][0]["late_arrivals"], 1);
+        assert_eq!(json["topics"][1]["commit_point"], 1_700_000_000_500i64);
+        let keys = [
+            "\"pid\"",
+            "\"version\"",
+            "\"since\"",
+            "\"now\"",
+            "\"overall\"",
+            "\"topics\"",
+        ];
+        let mut at = 0;
+        for k in keys {
+            let found = text[at..]
+                .find(k)
+                .unwrap_or_else(|| panic!("{k} in order: {text}"));
+            at += found + k.len();
+        }
+        assert!(
+            text.contains("\n    \"pid\""),
+            "4-space indentation: {text}"
+        );
+        let empty = commit_points_json(&m, &Points::default(), 5);
+        let json: serde_json::Value = serde_json::from_str(&empty).expect("JSON");
+        assert_eq!(json["overall"]["commit_point"], serde_json::Value::Null);
+    }
+}

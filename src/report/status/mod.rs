@@ -358,6 +358,33 @@ mod tests {
     }
 
     #[test]
+    fn commit_points_pages_unless_switched_off() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        let r = handle(&m, &c, "GET", "/commit_points/json", now);
+        assert_eq!((r.status, r.content_type), (200, JSON));
+        let r = handle(&m, &c, "GET", "/commit_points/plain", now);
+        assert_eq!((r.status, r.content_type), (200, TEXT));
+        assert!(r.body.contains("overall"), "{}", r.body);
+        assert!(handle(&m, &c, "GET", "/", now)
+            .body
+            .contains("href=\"/commit_points/json\""));
+        let off = Metrics::new(MetricsConfig {
+            commit_points: false,
+            ..MetricsConfig::default()
+        });
+        let r = handle(&off, &c, "GET", "/commit_points/plain", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (
+                404,
+                "commit points are off (commit_points.enable = false)\n"
+            )
+        );
+    }
+
+    #[test]
     fn discard_query_is_recorded() {
         let m = populated();
         let (c, _rx) = control();

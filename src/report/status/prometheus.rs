@@ -241,4 +241,49 @@ mod tests {
         }
         assert_eq!(label(b"a\xffb"), "a\u{fffd}b");
     }
+
+    #[test]
+    fn latency_and_commit_point_families() {
+        let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
+        let m = Metrics::new(crate::report::metrics::MetricsConfig::default());
+        let (a, b) = (m.topic_id(b"a").expect("id"), m.topic_id(b"b").expect("id"));
+        let t0 = Instant::now();
+        let msgs = |t, ts: &[i64]| -> Vec<crate::pipeline::Msg> {
+            ts.iter()
+                .map(|&ts| crate::pipeline::Msg::for_test(pool, t, ts, 1, t0))
+                .collect()
+        };
+        let (acked, held) = (
+            msgs(a, &[1_700_000_000_001, 1_700_000_000_002]),
+            msgs(b, &[1_234]),
+        );
+        m.track_received(a, acked.iter());
+        m.track_received(b, held.iter());
+        m.track_delivered(a, &acked, t0 + std::time::Duration::from_millis(30));
+        let text = prometheus(&m);
+        for line in [
+            "# TYPE dory_delivery_latency_seconds histogram\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"0.025\"} 0\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"0.05\"} 2\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"60\"} 2\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"+Inf\"} 2\n",
+            "dory_delivery_latency_seconds_sum{topic=\"a\"} 0.06\n",
+            "dory_delivery_latency_seconds_count{topic=\"a\"} 2\n",
+            "# TYPE dory_commit_point_timestamp_seconds gauge\n",
+            "dory_commit_point_timestamp_seconds{topic=\"a\"} 1700000000.002\n",
+            "dory_commit_point_timestamp_seconds{topic=\"b\"} 1.233\n",
+            "dory_commit_point_overall_timestamp_seconds 1.233\n",
+            "dory_oldest_unacknowledged_age_seconds{topic=\"a\"} 0.000\n",
+            "dory_commit_point_late_arrivals_total{topic=\"b\"} 0\n",
+            "dory_commit_points_file_errors_total 0\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(
+            !text.contains("latency_seconds_count{topic=\"b\"}"),
+            "{text}"
+        );
+        assert_eq!(ms_as_seconds(-1_500), "-1.500");
+        assert_eq!(ms_as_seconds(7), "0.007");
+    }
 }
