@@ -56,13 +56,14 @@ impl LatencySnapshot {
 }
 
 impl LatencyHistogram {
-    /// Records one batch of latencies.
-    pub fn record(&self, latencies: impl IntoIterator<Item = Duration>) {
+    /// Records one batch: `(latency, how many messages had it)` pairs.
+    pub fn record(&self, latencies: impl IntoIterator<Item = (Duration, u64)>) {
         let mut counts = [0u64; BUCKETS];
         let mut sum = 0u64;
-        for l in latencies {
-            counts[bucket(l)] += 1;
-            sum = sum.saturating_add(u64::try_from(l.as_micros()).unwrap_or(u64::MAX));
+        for (l, n) in latencies {
+            counts[bucket(l)] += n;
+            let micros = u64::try_from(l.as_micros()).unwrap_or(u64::MAX);
+            sum = sum.saturating_add(micros.saturating_mul(n));
         }
         for (a, &n) in self.counts.iter().zip(&counts) {
             if n > 0 {
@@ -101,10 +102,9 @@ mod tests {
         assert_eq!(bucket(Duration::from_secs(61)), 15);
         let h = LatencyHistogram::default();
         h.record([
-            Duration::from_micros(500),
-            Duration::from_millis(3),
-            Duration::from_millis(3),
-            Duration::from_secs(100),
+            (Duration::from_micros(500), 1),
+            (Duration::from_millis(3), 2),
+            (Duration::from_secs(100), 1),
         ]);
         let s = h.snapshot();
         assert_eq!(s.count(), 4);

@@ -256,6 +256,11 @@ impl TopicCell {
     }
 }
 
+/// Milliseconds from `anchor` to `at` (0 before it).
+fn arrival_ms(anchor: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(anchor).as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The daemon-wide part of tracking: whether it is on, the clock arrival times are counted
 /// on, and the state file's error count. The hooks take one topic's messages of one batch.
 #[derive(Debug)]
@@ -285,36 +290,48 @@ impl Tracking {
         &self.file_errors
     }
 
-    fn arrival_ms(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.anchor).as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn pairs<'a>(&'a self, msgs: &'a [Msg]) -> impl Iterator<Item = (i64, u64)> + 'a {
-        msgs.iter()
-            .map(|m| (m.commit_key, self.arrival_ms(m.arrival)))
+    /// `(tracking key, arrival ms)` of a message, for a batch at a time: messages of one
+    /// input batch share one arrival reading, so it is converted once per run.
+    fn pairs(&self) -> impl FnMut(&Msg) -> (i64, u64) {
+        let anchor = self.anchor;
+        let mut last: Option<(Instant, u64)> = None;
+        move |m| {
+            let ms = match last {
+                Some((at, ms)) if at == m.arrival => ms,
+                _ => {
+                    let ms = arrival_ms(anchor, m.arrival);
+                    last = Some((m.arrival, ms));
+                    ms
+                }
+            };
+            (m.commit_key, ms)
+        }
     }
 
     /// Registers messages of one topic as received (their `commit_key` set).
     pub fn receive<'a>(&self, cell: &TopicCell, msgs: impl Iterator<Item = &'a Msg>) {
         if self.enabled {
-            cell.track()
-                .receive(msgs.map(|m| (m.commit_key, self.arrival_ms(m.arrival))));
+            cell.track().receive(msgs.map(self.pairs()));
         }
     }
 
     /// Resolves messages of one topic (discarded).
     pub fn resolve(&self, cell: &TopicCell, msgs: &[Msg]) {
         if self.enabled {
-            cell.track().resolve(self.pairs(msgs));
+            cell.track().resolve(msgs.iter().map(self.pairs()));
         }
     }
 
-    /// Messages of one topic acknowledged at `now`: their latencies, then resolved.
+    /// Messages of one topic acknowledged at `now`: their latencies (one per run of equal
+    /// arrivals), then resolved.
     pub fn delivered(&self, cell: &TopicCell, msgs: &[Msg], now: Instant) {
-        cell.latency.record(
-            msgs.iter()
-                .map(|m| now.saturating_duration_since(m.arrival)),
-        );
+        cell.latency
+            .record(msgs.chunk_by(|a, b| a.arrival == b.arrival).map(|run| {
+                (
+                    now.saturating_duration_since(run[0].arrival),
+                    run.len() as u64,
+                )
+            }));
         self.resolve(cell, msgs);
     }
 
@@ -330,7 +347,7 @@ impl Tracking {
         t.max_key()?;
         let age = t
             .oldest_arrival()
-            .map_or(0, |a| self.arrival_ms(now).saturating_sub(a));
+            .map_or(0, |a| arrival_ms(self.anchor, now).saturating_sub(a));
         Some((
             TopicPoint {
                 name,

@@ -20,16 +20,12 @@ impl Metrics {
         }
     }
 
-    /// Messages of topic `t` were acknowledged at `now`: latency, and resolved.
+    /// Messages of topic `t` were acknowledged at `now`: latency, and resolved. (Topic ""
+    /// is never delivered: the router discards its messages.)
     pub fn track_delivered(&self, t: TopicId, msgs: &[Msg], now: Instant) {
-        let cell = &self.topics.stats(t).delivery;
-        if t == NO_TOPIC {
-            cell.latency.record(
-                msgs.iter()
-                    .map(|m| now.saturating_duration_since(m.arrival)),
-            );
-        } else {
-            self.tracking.delivered(cell, msgs, now);
+        if t != NO_TOPIC {
+            self.tracking
+                .delivered(&self.topics.stats(t).delivery, msgs, now);
         }
     }
 
