@@ -19,6 +19,7 @@ use crate::pipeline::{
     SPARE_BATCHES_CAP, STATUS_CHANNEL_CAP,
 };
 use crate::pool::{Pool, PoolError};
+use crate::report::commit_points::{StateFile, StateWriter};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::report::status::StatusControl;
 use crate::route::{Router, RouterChannels};
@@ -35,6 +36,11 @@ pub enum DaemonError {
     },
     #[error(transparent)]
     Input(#[from] InputError),
+    #[error("cannot write the commit points state file {path} (commit_points.path): {source}")]
+    CommitPointsFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot install signal handlers: {0}")]
@@ -116,6 +122,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         bad_msg_prefix_size: cfg.status.bad_msg_prefix_size,
         max_topics: cfg.input.max_topics,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        commit_points: cfg.commit_points.enable,
     })));
     metrics.attach_pool(pool);
     metrics.attach_msg_debug(Arc::new(crate::report::msg_debug::MsgDebug::new(
@@ -138,6 +145,14 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             addr: cfg.status.addr,
             source,
         })?;
+    // After the single-instance guard: a second dory must not touch the first one's file.
+    let commit_points = match start_commit_points_file(&cfg, metrics) {
+        Ok(w) => w,
+        Err(e) => {
+            status.stop();
+            return Err(e);
+        }
+    };
 
     // Signals are watched from before the inputs open, so an early SIGTERM is not lost.
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(DaemonError::Signals)?;
@@ -170,6 +185,9 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         Err(e) => {
             signal_handle.close();
             let _ = sig_thread.join();
+            if let Some(w) = commit_points {
+                w.stop();
+            }
             status.stop();
             return Err(e.into());
         }
@@ -275,6 +293,10 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             }
         }
     }
+    // Every message has ended by now: the file gets the final commit points.
+    if let Some(w) = commit_points {
+        w.stop();
+    }
     status.stop();
     if died {
         return Err(DaemonError::RouterDied);
@@ -294,6 +316,30 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         by_reason.join(" ")
     );
     Ok(())
+}
+
+/// Starts the commit points state file writer when `commit_points.path` is set. The file
+/// must be writable now: a bad path is a start-up error.
+fn start_commit_points_file(
+    cfg: &Config,
+    metrics: &'static Metrics,
+) -> Result<Option<StateWriter>, DaemonError> {
+    let Some(path) = &cfg.commit_points.file else {
+        return Ok(None);
+    };
+    let file_error = |source| DaemonError::CommitPointsFile {
+        path: path.clone(),
+        source,
+    };
+    let file = StateFile::create(path, env!("CARGO_PKG_VERSION")).map_err(file_error)?;
+    let writer = StateWriter::spawn(
+        file,
+        cfg.commit_points.write_interval,
+        move || metrics.commit_points(Instant::now()).unwrap_or_default(),
+        metrics.commit_points_file_errors(),
+    )
+    .map_err(DaemonError::Thread)?;
+    Ok(Some(writer))
 }
 
 /// Opens the discard log and starts its thread; a failure only disables the log, as in

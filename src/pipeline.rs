@@ -54,6 +54,9 @@ pub struct Msg {
     pub timestamp: i64,
     /// When the input accepted it: starts the batch clock (not the client's timestamp).
     pub arrival: Instant,
+    /// Its commit-point tracking key, `min(timestamp, receipt time)` in ms since the epoch
+    /// (see [`crate::report::commit_points`]); set by the input as it hands the message on.
+    pub commit_key: i64,
     /// Key bytes followed by value bytes.
     pub payload: Lease,
     pub key_len: u32,
@@ -74,6 +77,30 @@ impl Msg {
     /// Bytes as Dory's batching limits count them: key + value, at least 1.
     pub fn batch_size(&self) -> usize {
         self.payload.len().max(1)
+    }
+}
+
+#[cfg(test)]
+impl Msg {
+    /// A message of `len` value bytes (no key) for unit tests, its commit key its timestamp.
+    pub(crate) fn for_test(
+        pool: &'static crate::pool::Pool,
+        topic: TopicId,
+        timestamp: i64,
+        len: usize,
+        arrival: Instant,
+    ) -> Msg {
+        Msg {
+            topic,
+            partition_key: None,
+            timestamp,
+            arrival,
+            commit_key: timestamp,
+            payload: pool.alloc(len).expect("test pool has room"),
+            key_len: 0,
+            failed_attempts: 0,
+            maybe_sent: false,
+        }
     }
 }
 

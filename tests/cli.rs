@@ -94,6 +94,35 @@ fn busy_status_port_is_a_startup_error() {
 }
 
 #[test]
+fn unwritable_commit_points_file_is_a_startup_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("d.sock");
+    let state = dir.path().join("no/such/dir/cp.json");
+    let config = dir.path().join("dory.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[commit_points]\npath = {:?}\n",
+            state.to_str().expect("utf-8 path")
+        ),
+    )
+    .expect("write");
+    let o = dory(&[
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--broker",
+        "127.0.0.1:9",
+        "--dgram-socket",
+        sock.to_str().expect("utf-8 path"),
+        "--status-addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("commit_points.path"), "{}", stderr(&o));
+    assert!(!sock.exists(), "no socket is left behind");
+}
+
+#[test]
 fn send_needs_a_target() {
     let o = dory(&["send", "--topic", "t", "--value", "v"]);
     assert!(!o.status.success());

@@ -76,6 +76,11 @@ struct Opts {
     /// settings once dory has them). Flags still set brokers, socket, status and pool.
     #[arg(long, value_name = "TOML")]
     daemon_toml: Option<String>,
+    /// Extra TOML for the `sink-variant` target only (appended to --daemon-toml): the same
+    /// sink runs with a second dory configuration, measured in the same runs, e.g.
+    /// $'[commit_points]\nenable = false'. Adds `sink-variant` after `sink` to --targets.
+    #[arg(long, value_name = "TOML")]
+    variant_toml: Option<String>,
     /// Extra argument for dory (repeat for several), e.g. --daemon-arg=--batch-time-ms=10.
     #[arg(long = "daemon-arg", value_name = "ARG", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -126,6 +131,8 @@ enum Target {
     Recv,
     /// dory → counting Produce sink.
     Sink,
+    /// dory with --variant-toml added → counting Produce sink.
+    SinkVariant,
     /// dory → Tansu.
     Tansu,
 }
@@ -137,8 +144,13 @@ impl Target {
             Target::Blocking => "recvmmsg, blocking",
             Target::Recv => "recv, blocking",
             Target::Sink => "dory -> sink",
+            Target::SinkVariant => "dory -> sink, variant",
             Target::Tansu => "dory -> tansu",
         }
+    }
+    /// Whether the target runs dory.
+    fn is_daemon(self) -> bool {
+        matches!(self, Target::Sink | Target::SinkVariant | Target::Tansu)
     }
     fn key(self) -> &'static str {
         match self {
@@ -146,6 +158,7 @@ impl Target {
             Target::Blocking => "blocking",
             Target::Recv => "recv",
             Target::Sink => "sink",
+            Target::SinkVariant => "sink-variant",
             Target::Tansu => "tansu",
         }
     }
@@ -192,9 +205,18 @@ fn real_main(o: Opts) -> Result<(), String> {
     let pool_bytes = parse_size(&o.pool).ok_or_else(|| format!("bad --pool {:?}", o.pool))?;
     let mut targets = o.targets.clone();
     targets.dedup();
-    let needs_daemon = targets
-        .iter()
-        .any(|t| matches!(t, Target::Sink | Target::Tansu));
+    match (&o.variant_toml, targets.contains(&Target::SinkVariant)) {
+        (None, true) => return Err("target sink-variant needs --variant-toml".into()),
+        (Some(_), false) => {
+            let at = targets
+                .iter()
+                .position(|&t| t == Target::Sink)
+                .map_or(targets.len(), |i| i + 1);
+            targets.insert(at, Target::SinkVariant);
+        }
+        _ => {}
+    }
+    let needs_daemon = targets.iter().any(|t| t.is_daemon());
     let dory = if needs_daemon {
         Some(dory_bin(&o)?)
     } else {
@@ -231,10 +253,10 @@ fn real_main(o: Opts) -> Result<(), String> {
             (true, Some(r)) => format!(", paced at {r} msgs/s"),
             (false, Some(r)) => format!(", label {:?}, paced at {r} msgs/s", o.label),
         },
-        if o.daemon_toml.is_some() || !o.daemon_args.is_empty() {
+        if o.daemon_toml.is_some() || !o.daemon_args.is_empty() || o.variant_toml.is_some() {
             format!(
-                ", daemon extras: toml={:?} args={:?}",
-                o.daemon_toml, o.daemon_args
+                ", daemon extras: toml={:?} args={:?} variant toml={:?}",
+                o.daemon_toml, o.daemon_args, o.variant_toml
             )
         } else {
             String::new()
@@ -247,7 +269,8 @@ fn real_main(o: Opts) -> Result<(), String> {
             json!({"kind": "config", "label": o.label, "messages": o.messages,
                    "value_size": o.value_size, "topics": o.topics, "partitions": o.partitions,
                    "pool": o.pool, "per_call": o.per_call, "rate": o.rate, "text_values": o.text_values, "runs": o.runs, "env": env,
-                   "daemon_toml": o.daemon_toml, "daemon_args": o.daemon_args})
+                   "daemon_toml": o.daemon_toml, "daemon_args": o.daemon_args,
+                   "variant_toml": o.variant_toml})
         );
     }
 
@@ -316,7 +339,7 @@ impl Ctx<'_> {
                     Target::Ceiling | Target::Blocking | Target::Recv => {
                         run_ceiling(&load, t, stall)
                     }
-                    Target::Sink | Target::Tansu => run_daemon(
+                    Target::Sink | Target::SinkVariant | Target::Tansu => run_daemon(
                         o,
                         &load,
                         t,
@@ -456,11 +479,7 @@ impl Ctx<'_> {
                 }
                 problems.extend(r.problems.iter().cloned());
             }
-            let notes = match (
-                matches!(t, Target::Sink | Target::Tansu),
-                discards.is_empty(),
-                problems.is_empty(),
-            ) {
+            let notes = match (t.is_daemon(), discards.is_empty(), problems.is_empty()) {
                 (false, _, true) => String::new(),
                 (true, true, true) => "none; invariant exact".into(),
                 _ => format!("{discards:?} {}", problems.join("; ")),
@@ -605,7 +624,7 @@ fn run_daemon(
     let dir = ScratchDir::new(t.key()).map_err(|e| e.to_string())?;
     let n = load.count;
     let broker = match t {
-        Target::Sink => Broker::Sink(
+        Target::Sink | Target::SinkVariant => Broker::Sink(
             sink::Sink::start(&load.topics, o.partitions, !o.no_crc)
                 .map_err(|e| format!("sink: {e}"))?,
         ),
@@ -639,9 +658,20 @@ fn run_daemon(
         .arg(status.to_string())
         .arg("--msg-buffer-max")
         .arg(&o.pool);
-    if let Some(toml) = &o.daemon_toml {
+    // Both TOML extras go into one --config file; the variant's only for its target.
+    let variant = o
+        .variant_toml
+        .as_deref()
+        .filter(|_| t == Target::SinkVariant);
+    let toml: Vec<&str> = o
+        .daemon_toml
+        .as_deref()
+        .into_iter()
+        .chain(variant)
+        .collect();
+    if !toml.is_empty() {
         let p = dir.path().join("extra.toml");
-        std::fs::write(&p, toml).map_err(|e| e.to_string())?;
+        std::fs::write(&p, toml.join("\n")).map_err(|e| e.to_string())?;
         cmd.arg("--config").arg(p);
     }
     cmd.args(&o.daemon_args);
@@ -717,7 +747,7 @@ fn run_daemon(
     let mut last_progress = (0u64, Instant::now());
     let mut last_scrape = Instant::now();
     let scrape_every = match t {
-        Target::Sink => Duration::from_millis(250),
+        Target::Sink | Target::SinkVariant => Duration::from_millis(250),
         _ => Duration::from_millis(20),
     };
     let mut done_at: Option<Instant> = None;

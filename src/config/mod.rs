@@ -52,6 +52,8 @@ pub struct RawConfig {
     pub discard_log: RawDiscardLog,
     #[serde(default)]
     pub msg_debug: RawMsgDebug,
+    #[serde(default)]
+    pub commit_points: RawCommitPoints,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -72,6 +74,25 @@ pub struct RawMsgDebug {
     pub path: Option<PathBuf>,
     pub time_limit_s: Option<u64>,
     pub byte_limit: Option<ByteSize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCommitPoints {
+    pub enable: Option<bool>,
+    pub path: Option<PathBuf>,
+    pub write_interval_ms: Option<u64>,
+}
+
+/// Commit points (`[commit_points]`, see [`crate::report::commit_points`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPointsConfig {
+    /// Track commit points and the oldest unacknowledged age (on by default).
+    pub enable: bool,
+    /// The state file holding the latest commit points, if wanted.
+    pub file: Option<PathBuf>,
+    /// How often the state file is rewritten (only when a commit point changed).
+    pub write_interval: Duration,
 }
 
 /// The discard log file (one line per discarded message).
@@ -292,6 +313,7 @@ pub struct Config {
     pub policies: Policies,
     pub discard_log: Option<DiscardLogConfig>,
     pub msg_debug: Option<MsgDebugConfig>,
+    pub commit_points: CommitPointsConfig,
 }
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
@@ -395,9 +417,11 @@ impl Config {
             partitioning,
             discard_log,
             msg_debug,
+            commit_points,
         } = raw;
         let discard_log = discard_log_config(discard_log)?;
         let msg_debug = msg_debug_config(msg_debug)?;
+        let commit_points = commit_points_config(commit_points)?;
 
         // Inputs.
         let dgram_path = socket_path(
@@ -648,6 +672,7 @@ impl Config {
             policies,
             discard_log,
             msg_debug,
+            commit_points,
         })
     }
 }
@@ -702,6 +727,40 @@ fn msg_debug_config(raw: RawMsgDebug) -> Result<Option<MsgDebugConfig>, ConfigEr
             raw.byte_limit.map_or(2 << 20, |b| b.0),
         )?,
     }))
+}
+
+/// `commit_points.write_interval_ms` bounds: each write is an fsync of file and directory.
+const MIN_COMMIT_POINTS_INTERVAL_MS: u64 = 100;
+const MAX_COMMIT_POINTS_INTERVAL_MS: u64 = 3_600_000;
+
+fn commit_points_config(raw: RawCommitPoints) -> Result<CommitPointsConfig, ConfigError> {
+    let enable = raw.enable.unwrap_or(true);
+    let file = match raw.path {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(_) if !enable => {
+            return Err(invalid(
+                "commit_points.path",
+                "a state file needs commit_points.enable = true",
+            ))
+        }
+        p @ Some(_) => Some(absolute("commit_points.path", p)?),
+        None => None,
+    };
+    let interval_ms = raw.write_interval_ms.unwrap_or(1000);
+    if !(MIN_COMMIT_POINTS_INTERVAL_MS..=MAX_COMMIT_POINTS_INTERVAL_MS).contains(&interval_ms) {
+        return Err(invalid(
+            "commit_points.write_interval_ms",
+            format!(
+                "must be between {MIN_COMMIT_POINTS_INTERVAL_MS} and \
+                 {MAX_COMMIT_POINTS_INTERVAL_MS} milliseconds"
+            ),
+        ));
+    }
+    Ok(CommitPointsConfig {
+        enable,
+        file,
+        write_interval: Duration::from_millis(interval_ms),
+    })
 }
 
 /// Parses TOML text, reporting the file and toml's own message (which names the key).
@@ -817,10 +876,14 @@ mod tests {
         assert!(e.to_string().contains("input.dgram_socket"), "{e}");
     }
 
-    /// Loads `[input]` settings given as TOML (flags as in `flags()`).
-    fn with_input(toml: &str) -> Result<Config, ConfigError> {
-        let raw = parse_toml(Path::new("x.toml"), &format!("[input]\n{toml}\n"))?;
+    /// Loads one section's settings given as TOML (flags as in `flags()`).
+    fn with_section(section: &str, toml: &str) -> Result<Config, ConfigError> {
+        let raw = parse_toml(Path::new("x.toml"), &format!("[{section}]\n{toml}\n"))?;
         Config::from_parts(raw, false, &flags())
+    }
+
+    fn with_input(toml: &str) -> Result<Config, ConfigError> {
+        with_section("input", toml)
     }
 
     #[test]
@@ -841,6 +904,50 @@ mod tests {
         for bad in ["0", "1000001"] {
             let e = with_input(&format!("max_topics = {bad}")).unwrap_err();
             assert!(e.to_string().contains("input.max_topics"), "{e}");
+        }
+    }
+
+    fn with_commit_points(toml: &str) -> Result<Config, ConfigError> {
+        with_section("commit_points", toml)
+    }
+
+    #[test]
+    fn commit_points_defaults_and_bounds() {
+        let c = with_commit_points("").expect("valid").commit_points;
+        assert_eq!(
+            c,
+            CommitPointsConfig {
+                enable: true,
+                file: None,
+                write_interval: Duration::from_secs(1),
+            }
+        );
+        let c = with_commit_points("path = \"/var/lib/dory/cp.json\"\nwrite_interval_ms = 250")
+            .expect("valid")
+            .commit_points;
+        assert_eq!(c.file, Some(PathBuf::from("/var/lib/dory/cp.json")));
+        assert_eq!(c.write_interval, Duration::from_millis(250));
+        assert!(
+            !with_commit_points("enable = false")
+                .expect("valid")
+                .commit_points
+                .enable
+        );
+        for (bad, key) in [
+            ("path = \"cp.json\"", "commit_points.path"),
+            (
+                "enable = false\npath = \"/x/cp.json\"",
+                "commit_points.path",
+            ),
+            ("write_interval_ms = 99", "commit_points.write_interval_ms"),
+            (
+                "write_interval_ms = 3600001",
+                "commit_points.write_interval_ms",
+            ),
+            ("file = \"/x\"", "file"),
+        ] {
+            let e = with_commit_points(bad).unwrap_err();
+            assert!(e.to_string().contains(key), "{bad}: {e}");
         }
     }
 

@@ -25,7 +25,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::pipeline::{Msg, INPUT_BATCH_MAX};
 use crate::pool::Pool;
-use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC};
+use crate::report::commit_points::tracking_key;
+use crate::report::metrics::{
+    now_ms, Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC,
+};
 use wire::{ClientMsg, Kind, WireError};
 
 /// Most topic ids an input thread remembers (the cache is cleared when full, so a client
@@ -211,6 +214,8 @@ impl InputCtx {
             },
             timestamp: msg.timestamp,
             arrival: self.batch_clock.get().unwrap_or_else(Instant::now),
+            // Set for the whole batch in `flush`, with the batch's receipt time.
+            commit_key: msg.timestamp,
             payload,
             key_len: u32::try_from(msg.key.len())
                 .expect("a key fits in a client message, so in u32"),
@@ -249,15 +254,22 @@ impl InputCtx {
                 n,
             );
         }
-        // Per topic: a batch holds few topics, so a short list is enough.
+        // Per topic: a batch holds few topics, so a short list is enough. The batch's
+        // receipt time caps each commit-point key (a future timestamp cannot push a commit
+        // point past the present).
+        let receipt_ms = i64::try_from(now_ms()).unwrap_or(i64::MAX);
         let mut per_topic: Vec<(TopicId, u64)> = Vec::new();
-        for msg in out.iter() {
+        for msg in out.iter_mut() {
+            msg.commit_key = tracking_key(msg.timestamp, receipt_ms);
             match per_topic.iter_mut().find(|(t, _)| *t == msg.topic) {
                 Some((_, n)) => *n += 1,
                 None => per_topic.push((msg.topic, 1)),
             }
         }
         for (t, n) in per_topic {
+            // Tracked before counted as received: a commit point never passes a message
+            // that the counters show as received (see report::commit_points).
+            m.track_received(t, out.iter().filter(|msg| msg.topic == t));
             m.received(t, n);
             m.queue_add(t, QueueState::New, n as i64);
         }

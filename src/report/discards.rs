@@ -1,6 +1,6 @@
 //! One place where messages end as discards: counted per topic and reason in the
-//! metrics, written to the discard log when it is on, then dropped (freeing their pool
-//! space). Also the possible-duplicate records.
+//! metrics, written to the discard log when it is on, resolved for commit points, then
+//! dropped (freeing their pool space). Also the possible-duplicate records.
 
 use std::time::SystemTime;
 
@@ -57,7 +57,7 @@ pub fn discard(metrics: &Metrics, msgs: Vec<Msg>, reason: DiscardReason) {
     log_msgs(metrics, &msgs, DiscardKind::Discard(info(reason)));
     let mut i = 0;
     while i < msgs.len() {
-        let t = msgs[i].topic;
+        let (t, start) = (msgs[i].topic, i);
         let (mut n, mut lo, mut hi) = (0u64, i64::MAX, i64::MIN);
         // Messages usually come grouped by topic; count each run at once.
         while i < msgs.len() && msgs[i].topic == t {
@@ -67,6 +67,8 @@ pub fn discard(metrics: &Metrics, msgs: Vec<Msg>, reason: DiscardReason) {
             i += 1;
         }
         metrics.discarded(t, reason, n, lo, hi);
+        // Resolved once counted: a commit point never passes a message not yet counted.
+        metrics.track_discarded(t, &msgs[start..i]);
     }
     drop(msgs);
 }

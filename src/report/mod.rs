@@ -2,18 +2,23 @@
 //! place every role records counts (received, delivered, discarded by reason, queues,
 //! health); [`discards`] ends a message as a counted discard; [`discard_log`] writes one
 //! line per discard on its own thread; [`msg_debug`] follows selected topics through the
-//! daemon on request; [`status`] serves it all over HTTP. Later: commit points.
+//! daemon on request; [`commit_points`] tracks, per topic, the newest timestamp below which
+//! everything is resolved, the oldest unacknowledged age and the delivery latency (and writes
+//! the commit points to a state file on its own thread); [`status`] serves it all over HTTP.
 //!
 //! Channels: the status server writes `StatusRequest` to the router
-//! ([`crate::pipeline`]); the discard log thread reads its own line channel. Everything
+//! ([`crate::pipeline`]); the discard log thread reads its own line channel; the
+//! commit-points thread reads only its stop channel and a timer. Everything
 //! else is shared memory read and written through [`metrics::Metrics`].
 //!
 //! Imports: nothing from [`crate::input`], [`crate::route`], [`crate::deliver`] or
 //! [`crate::kafka`]; only settings, the pipeline types (`Msg`, `StatusRequest`) and the
 //! pool (whose fill level it reports). Every role may import it.
 //!
-//! Reading order: [`metrics`], [`discards`], [`discard_log`], [`msg_debug`], [`status`].
+//! Reading order: [`metrics`], [`discards`], [`commit_points`], [`discard_log`],
+//! [`msg_debug`], [`status`].
 
+pub mod commit_points;
 pub mod discard_log;
 pub mod discards;
 pub mod metrics;

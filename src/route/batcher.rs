@@ -140,16 +140,7 @@ mod tests {
     }
 
     fn msg(p: &'static Pool, len: usize, arrival: Instant) -> Msg {
-        Msg {
-            topic: 1,
-            partition_key: None,
-            timestamp: 0,
-            arrival,
-            payload: p.alloc(len).expect("room"),
-            key_len: 0,
-            failed_attempts: 0,
-            maybe_sent: false,
-        }
+        Msg::for_test(p, 1, 0, len, arrival)
     }
 
     fn limits(time_ms: Option<u64>, n: Option<u64>, b: Option<u64>) -> BatchLimits {

@@ -3,6 +3,7 @@
 //! the router to retry, back off or reroute.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -104,6 +105,7 @@ impl Receiver_ {
 
     /// Applies each partition's error code to its messages.
     fn settle(&mut self, entry: InFlight, resp: &produce::ProduceResponse) {
+        let acked_at = Instant::now();
         let mut retry = Vec::new();
         let mut backoff = Vec::new();
         let mut reroute = Vec::new();
@@ -133,6 +135,7 @@ impl Receiver_ {
                 }
                 debug_log(self.metrics, DebugFile::GotAck, &p.name, &p.msgs);
                 self.metrics.delivered(p.topic, n);
+                self.metrics.track_delivered(p.topic, &p.msgs, acked_at);
                 self.metrics.add(Counter::MsgDestroy, n);
                 crate::pipeline::free_msgs(p.msgs);
                 continue;

@@ -7,12 +7,13 @@
 
 //!
 //! This file holds [`Metrics`] itself; the counter catalogue is in `counters.rs`, the
-//! lock-free per-topic slots in `topic_table.rs`, and the discard-report periods in
-//! `discard_reports.rs`.
+//! lock-free per-topic slots in `topic_table.rs`, the discard-report periods in
+//! `discard_reports.rs`, and the commit point and latency hooks in `tracking.rs`.
 
 mod counters;
 mod discard_reports;
 mod topic_table;
+mod tracking;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -57,6 +58,8 @@ pub struct MetricsConfig {
     pub max_topics: usize,
     /// Version string served in every status response.
     pub version: String,
+    /// Track commit points and the oldest unacknowledged age (`commit_points.enable`).
+    pub commit_points: bool,
 }
 
 impl Default for MetricsConfig {
@@ -66,6 +69,7 @@ impl Default for MetricsConfig {
             bad_msg_prefix_size: 256,
             max_topics: 10_000,
             version: env!("CARGO_PKG_VERSION").to_string(),
+            commit_points: true,
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct Metrics {
     discard_log: std::sync::OnceLock<crate::report::discard_log::DiscardLogSender>,
     /// Message debug logging (always present; refuses requests when not configured).
     msg_debug: std::sync::OnceLock<Arc<crate::report::msg_debug::MsgDebug>>,
+    /// Commit points: on or off, and their clock.
+    tracking: crate::report::commit_points::Tracking,
 }
 
 impl Metrics {
@@ -198,6 +204,7 @@ impl Metrics {
             live_pool: std::sync::OnceLock::new(),
             discard_log: std::sync::OnceLock::new(),
             msg_debug: std::sync::OnceLock::new(),
+            tracking: crate::report::commit_points::Tracking::new(config.commit_points),
         }
     }
 

@@ -21,6 +21,8 @@ pub(super) struct TopicStats {
     pub(super) discarded: [AtomicU64; 13],
     pub(super) possible_duplicates: AtomicU64,
     pub(super) queued: [AtomicI64; 4],
+    /// Commit point tracker and delivery latency.
+    pub(super) delivery: crate::report::commit_points::TopicCell,
 }
 
 impl TopicStats {

@@ -56,7 +56,7 @@ pub(super) fn header_plain(m: &Metrics, now_secs: u64) -> String {
 }
 
 /// The `pid`, `version` and `since` lines every plain response starts with.
-fn push_id_lines(out: &mut String, m: &Metrics) {
+pub(super) fn push_id_lines(out: &mut String, m: &Metrics) {
     let since = m.start_secs();
     let _ = writeln!(out, "pid: {}", m.pid());
     let _ = writeln!(out, "version: {}", m.version());
@@ -274,7 +274,7 @@ pub(super) fn metadata_fetch_time_plain(m: &Metrics, now_ms: u64) -> String {
 
 /// Pretty JSON with the original's 4-space indentation. Key order is the field order of
 /// the structs below.
-fn to_json<T: Serialize>(value: &T) -> String {
+pub(super) fn to_json<T: Serialize>(value: &T) -> String {
     let mut buf = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);

@@ -5,9 +5,10 @@
 //! its single action is asking the router for a metadata refresh.
 //!
 //! This file is the server: start and stop, routing a request to its page. The pages are
-//! in `dory.rs` (Dory's plain and JSON shapes) and `prometheus.rs` (`/health` and
-//! `/metrics`).
+//! in `dory.rs` (Dory's plain and JSON shapes), `commit_points.rs` (the commit points, in
+//! the same style) and `prometheus.rs` (`/health` and `/metrics`).
 
+mod commit_points;
 mod dory;
 mod prometheus;
 
@@ -17,12 +18,13 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 
 use crate::pipeline::StatusRequest;
 use crate::report::metrics::{now_ms, Counter, Metrics};
+use commit_points::{commit_points_json, commit_points_plain};
 use dory::{
     counters_json, counters_plain, ctime, discards_json, discards_plain, header_plain,
     metadata_fetch_time_json, metadata_fetch_time_plain, queues_json, queues_plain,
@@ -222,6 +224,16 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
         "/queues/json" => Reply::ok(JSON, queues_json(m, secs)),
         "/metadata_fetch_time/plain" => Reply::ok(TEXT, metadata_fetch_time_plain(m, now_ms)),
         "/metadata_fetch_time/json" => Reply::ok(JSON, metadata_fetch_time_json(m, now_ms)),
+        "/commit_points/plain" | "/commit_points/json" => match m.commit_points(Instant::now()) {
+            Some(p) if path.ends_with("/plain") => {
+                Reply::ok(TEXT, commit_points_plain(m, &p, now_ms))
+            }
+            Some(p) => Reply::ok(JSON, commit_points_json(m, &p, now_ms)),
+            None => Reply::text(
+                404,
+                "commit points are off (commit_points.enable = false)\n".into(),
+            ),
+        },
         "/health" => health(m),
         "/metrics" => Reply::ok(PROMETHEUS, prometheus(m)),
         p if p.starts_with("/msg_debug/") => match m.msg_debug().and_then(|d| d.handle_http(p)) {
@@ -244,6 +256,7 @@ fn index_html() -> String {
         ("discards", "discard reports"),
         ("queues", "queued messages"),
         ("metadata_fetch_time", "metadata fetch time"),
+        ("commit_points", "commit points"),
     ] {
         let _ = writeln!(
             out,
@@ -272,6 +285,7 @@ mod tests {
             bad_msg_prefix_size: 4,
             max_topics: 100,
             version: "1.2.3-test".into(),
+            commit_points: true,
         });
         let t = m.topic_id(b"zeta").unwrap();
         let q = m.topic_id(b"al\"pha\n\\").unwrap();
@@ -341,6 +355,33 @@ mod tests {
         assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
         assert_eq!(m.get(Counter::MongooseHttpRequest), 11);
         assert_eq!(m.get(Counter::MongooseGetCountersRequest), 1);
+    }
+
+    #[test]
+    fn commit_points_pages_unless_switched_off() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        let r = handle(&m, &c, "GET", "/commit_points/json", now);
+        assert_eq!((r.status, r.content_type), (200, JSON));
+        let r = handle(&m, &c, "GET", "/commit_points/plain", now);
+        assert_eq!((r.status, r.content_type), (200, TEXT));
+        assert!(r.body.contains("overall"), "{}", r.body);
+        assert!(handle(&m, &c, "GET", "/", now)
+            .body
+            .contains("href=\"/commit_points/json\""));
+        let off = Metrics::new(MetricsConfig {
+            commit_points: false,
+            ..MetricsConfig::default()
+        });
+        let r = handle(&off, &c, "GET", "/commit_points/plain", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (
+                404,
+                "commit points are off (commit_points.enable = false)\n"
+            )
+        );
     }
 
     #[test]

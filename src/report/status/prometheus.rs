@@ -1,10 +1,14 @@
 //! `/health` (ready once inputs are open and metadata was fetched) and Prometheus
-//! `/metrics` (per-topic accounting, discards by reason, pool use).
+//! `/metrics` (per-topic accounting, discards by reason, pool use, delivery latency,
+//! commit points).
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::Reply;
-use crate::report::metrics::{DiscardReason, Health, Idempotence, Metrics};
+use crate::report::commit_points::{Points, TopicPoint, LATENCY_BOUNDS};
+use crate::report::metrics::{DiscardReason, Health, Idempotence, Metrics, TopicSnapshot};
 
 pub(super) fn health(m: &Metrics) -> Reply {
     match m.health() {
@@ -36,10 +40,6 @@ pub(super) fn prometheus(m: &Metrics) -> String {
     let topics = m.snapshot_topics();
     let labels: Vec<String> = topics.iter().map(|t| label(&t.name)).collect();
     let mut out = String::new();
-    fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-    }
 
     family(&mut out, "dory_up", "gauge", "Whether the daemon is up.");
     out.push_str("dory_up 1\n");
@@ -135,7 +135,101 @@ pub(super) fn prometheus(m: &Metrics) -> String {
     family(&mut out, "dory_pool_bytes", "gauge", "Message pool bytes.");
     let _ = writeln!(out, "dory_pool_bytes{{state=\"used\"}} {used}");
     let _ = writeln!(out, "dory_pool_bytes{{state=\"capacity\"}} {capacity}");
+    prometheus_latency(&mut out, m, &topics, &labels);
+    if let Some(p) = m.commit_points(Instant::now()) {
+        prometheus_commit_points(&mut out, &p);
+    }
+    let name = "dory_commit_points_file_errors_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Failed writes of the commit points state file.",
+    );
+    let errors = m.commit_points_file_errors().load(Ordering::Relaxed);
+    let _ = writeln!(out, "{name} {errors}");
     out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Milliseconds as Prometheus seconds, exactly (`1234` → `1.234`).
+fn ms_as_seconds(ms: i128) -> String {
+    let sign = if ms < 0 { "-" } else { "" };
+    let abs = ms.unsigned_abs();
+    format!("{sign}{}.{:03}", abs / 1000, abs % 1000)
+}
+
+/// The delivery latency histogram of every topic that had a message acknowledged.
+fn prometheus_latency(out: &mut String, m: &Metrics, topics: &[TopicSnapshot], labels: &[String]) {
+    let name = "dory_delivery_latency_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Time from receipt by dory to acknowledgement by Kafka, per topic.",
+    );
+    for (t, l) in topics.iter().zip(labels) {
+        let h = m.latency(t.id);
+        if h.count() == 0 {
+            continue;
+        }
+        let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64().to_string());
+        for (le, n) in bounds.chain(["+Inf".to_string()]).zip(h.cumulative) {
+            let _ = writeln!(out, "{name}_bucket{{topic=\"{l}\",le=\"{le}\"}} {n}");
+        }
+        let sum = h.sum.as_secs_f64();
+        let _ = writeln!(out, "{name}_sum{{topic=\"{l}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{topic=\"{l}\"}} {}", h.count());
+    }
+}
+
+/// Commit point gauges (seconds, millisecond precision) and the oldest unacknowledged age.
+fn prometheus_commit_points(out: &mut String, p: &Points) {
+    let with_labels: Vec<(&TopicPoint, String)> =
+        p.topics.iter().map(|t| (t, label(&t.name))).collect();
+    let name = "dory_commit_point_timestamp_seconds";
+    family(
+        out,
+        name,
+        "gauge",
+        "Commit point per topic: every message with a client timestamp up to this one was \
+         acknowledged or counted as discarded.",
+    );
+    for (t, l) in &with_labels {
+        if let Some(cp) = t.commit_point {
+            let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", ms_as_seconds(cp.into()));
+        }
+    }
+    let name = "dory_commit_point_overall_timestamp_seconds";
+    family(out, name, "gauge", "Commit point over all topics together.");
+    if let Some(cp) = p.overall {
+        let _ = writeln!(out, "{name} {}", ms_as_seconds(cp.into()));
+    }
+    let name = "dory_oldest_unacknowledged_age_seconds";
+    family(
+        out,
+        name,
+        "gauge",
+        "Age of the oldest message neither acknowledged nor discarded, per topic (0: none).",
+    );
+    for (t, l) in &with_labels {
+        let age = ms_as_seconds(t.oldest_unacked.as_millis().try_into().unwrap_or(i128::MAX));
+        let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {age}");
+    }
+    let name = "dory_commit_point_late_arrivals_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Messages that arrived with a timestamp at or below their topic's commit point.",
+    );
+    for (t, l) in &with_labels {
+        let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", t.late_arrivals);
+    }
 }
 
 #[cfg(test)]
@@ -174,5 +268,50 @@ mod tests {
             );
         }
         assert_eq!(label(b"a\xffb"), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn latency_and_commit_point_families() {
+        let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
+        let m = Metrics::new(crate::report::metrics::MetricsConfig::default());
+        let (a, b) = (m.topic_id(b"a").expect("id"), m.topic_id(b"b").expect("id"));
+        let t0 = Instant::now();
+        let msgs = |t, ts: &[i64]| -> Vec<crate::pipeline::Msg> {
+            ts.iter()
+                .map(|&ts| crate::pipeline::Msg::for_test(pool, t, ts, 1, t0))
+                .collect()
+        };
+        let (acked, held) = (
+            msgs(a, &[1_700_000_000_001, 1_700_000_000_002]),
+            msgs(b, &[1_234]),
+        );
+        m.track_received(a, acked.iter());
+        m.track_received(b, held.iter());
+        m.track_delivered(a, &acked, t0 + std::time::Duration::from_millis(30));
+        let text = prometheus(&m);
+        for line in [
+            "# TYPE dory_delivery_latency_seconds histogram\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"0.025\"} 0\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"0.05\"} 2\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"60\"} 2\n",
+            "dory_delivery_latency_seconds_bucket{topic=\"a\",le=\"+Inf\"} 2\n",
+            "dory_delivery_latency_seconds_sum{topic=\"a\"} 0.06\n",
+            "dory_delivery_latency_seconds_count{topic=\"a\"} 2\n",
+            "# TYPE dory_commit_point_timestamp_seconds gauge\n",
+            "dory_commit_point_timestamp_seconds{topic=\"a\"} 1700000000.002\n",
+            "dory_commit_point_timestamp_seconds{topic=\"b\"} 1.233\n",
+            "dory_commit_point_overall_timestamp_seconds 1.233\n",
+            "dory_oldest_unacknowledged_age_seconds{topic=\"a\"} 0.000\n",
+            "dory_commit_point_late_arrivals_total{topic=\"b\"} 0\n",
+            "dory_commit_points_file_errors_total 0\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(
+            !text.contains("latency_seconds_count{topic=\"b\"}"),
+            "{text}"
+        );
+        assert_eq!(ms_as_seconds(-1_500), "-1.500");
+        assert_eq!(ms_as_seconds(7), "0.007");
     }
 }
