@@ -22,7 +22,9 @@ if [ -z "${DEB_SKIP_BUILD:-}" ]; then
     fi
     command -v dpkg-deb >/dev/null || fail "dpkg-deb is missing (apt-get install dpkg)"
     rm -f target/debian/dory_*.deb
-    cargo deb --locked
+    # --strip: the release profile keeps line tables (debug = 1) for profiling; the
+    # package ships the binary without them (a 5 MB binary instead of 50 MB).
+    cargo deb --locked --strip
 fi
 
 deb=$(ls -t target/debian/dory_*.deb 2>/dev/null | head -n 1)
@@ -49,7 +51,7 @@ for expect in \
     line=$(echo "$contents" | awk -v p="$path" '$6 == p')
     [ -n "$line" ] || fail "missing $path"
     [ "$(echo "$line" | awk '{print $1}')" = "$mode" ] || fail "$path: want mode $mode: $line"
-    echo "$line" | awk '{print $2}' | grep -qx "root/root" || fail "$path: not owned by root: $line"
+    echo "$line" | awk '{print $2}' | grep -Eqx "root/root|0/0" || fail "$path: not owned by root: $line"
 done
 
 field() {
