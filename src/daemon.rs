@@ -1,12 +1,14 @@
 //! The supervisor: builds the pool, metrics and channels, starts every role (status,
 //! inputs, then router with its metadata fetcher and dispatchers), waits for a signal or
 //! a fatal error, and stops the roles upstream first so nothing disappears uncounted.
+//! While it waits, it tells systemd about readiness, status and the role threads'
+//! liveness ([`crate::notify`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{bounded, select, Receiver};
+use crossbeam_channel::{after, bounded, select, Receiver};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -14,6 +16,7 @@ use crate::config::Config;
 use crate::input::datagram::DatagramInput;
 use crate::input::stream::StreamInput;
 use crate::input::{InputCtx, InputError};
+use crate::notify::Agent;
 use crate::pipeline::{
     Control, StatusRequest, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP,
     SPARE_BATCHES_CAP, STATUS_CHANNEL_CAP,
@@ -246,7 +249,9 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             .map_err(DaemonError::Thread)?
     };
 
-    let died = wait_for_stop(&sig_rx, &router_done, metrics);
+    let mut agent = Agent::from_env(Instant::now());
+    let died = wait_for_stop(&sig_rx, &router_done, metrics, &mut agent);
+    agent.stopping(metrics);
 
     // Stop upstream first: inputs, then the router drains and stops the dispatchers.
     let deadline = Instant::now() + cfg.delivery.shutdown_max_delay;
@@ -373,17 +378,28 @@ fn start_discard_log(
     }
 }
 
-/// Blocks until SIGTERM/SIGINT (false) or the router's unexpected end (true).
-fn wait_for_stop(sig_rx: &Receiver<i32>, router_done: &Receiver<()>, metrics: &Metrics) -> bool {
-    select! {
-        recv(sig_rx) -> s => {
-            metrics.inc(Counter::GotShutdownRequest);
-            log::info!("signal {} received: shutting down", s.unwrap_or(0));
-            false
-        }
-        recv(router_done) -> _ => {
-            log::error!("router stopped unexpectedly; shutting down");
-            true
+/// Blocks until SIGTERM/SIGINT (false) or the router's unexpected end (true); meanwhile
+/// tells systemd about readiness, status and liveness when the agent says it is due.
+fn wait_for_stop(
+    sig_rx: &Receiver<i32>,
+    router_done: &Receiver<()>,
+    metrics: &Metrics,
+    agent: &mut Agent,
+) -> bool {
+    loop {
+        let now = Instant::now();
+        let timer = after(agent.next_wakeup(now).saturating_duration_since(now));
+        select! {
+            recv(sig_rx) -> s => {
+                metrics.inc(Counter::GotShutdownRequest);
+                log::info!("signal {} received: shutting down", s.unwrap_or(0));
+                return false;
+            }
+            recv(router_done) -> _ => {
+                log::error!("router stopped unexpectedly; shutting down");
+                return true;
+            }
+            recv(timer) -> _ => agent.tick(metrics, Instant::now()),
         }
     }
 }

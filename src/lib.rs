@@ -18,7 +18,7 @@
 //! the role owns, which channels it reads and writes, and what it must never import.
 //!
 //! Modules in reading order: [`cli`] and [`config`] (flags and TOML → validated settings),
-//! [`daemon`] (the supervisor), [`pipeline`] (every type that crosses a channel),
+//! [`daemon`] (the supervisor) and [`notify`] (its systemd notifications), [`pipeline`] (every type that crosses a channel),
 //! [`pool`], [`input`], [`route`], [`deliver`], [`report`], the pure Kafka codec in
 //! [`kafka`], and [`send`] (the `dory send` client). [`fasthash`] is a hashing utility the
 //! inputs and the router share.
@@ -30,6 +30,7 @@ pub mod deliver;
 pub mod fasthash;
 pub mod input;
 pub mod kafka;
+pub mod notify;
 pub mod pipeline;
 pub mod pool;
 pub mod report;

@@ -50,6 +50,12 @@ pub struct DispatcherConfig {
 }
 
 impl DispatcherConfig {
+    /// How long a dispatcher thread may go without a heartbeat: a connect, a handshake and
+    /// a request's write and read may each block for their timeout.
+    pub fn io_quiet_max(&self) -> Duration {
+        self.connect_timeout + self.socket_timeout * 4 + crate::report::liveness::QUIET_MAX
+    }
+
     pub fn from_config(c: &Config) -> DispatcherConfig {
         DispatcherConfig {
             client_id: c.kafka.client_id.clone(),
@@ -156,6 +162,7 @@ pub fn spawn(
 ) -> DispatcherHandle {
     let (tx, rx) = bounded(DISPATCH_CHANNEL_CAP);
     let shared = Arc::new(Shared::default());
+    let quiet_max = cfg.io_quiet_max();
     let sender = sender::Sender_ {
         id,
         host: host.clone(),
@@ -170,6 +177,9 @@ pub fn spawn(
         buf: Vec::new(),
         scratch: Vec::new(),
         zstd_warned: AtomicBool::new(false),
+        heartbeat: metrics
+            .liveness()
+            .register(format!("dispatcher-{id}"), quiet_max),
     };
     let thread = std::thread::Builder::new()
         .name(format!("dispatcher-{id}"))

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
 use crate::pipeline::INPUT_BATCH_MAX;
+use crate::report::liveness::QUIET_MAX;
 
 /// A bound datagram socket whose thread is running; stopping removes the socket file.
 pub struct DatagramInput {
@@ -164,7 +165,9 @@ fn run(
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
     let fd = sock.as_raw_fd();
     let mut poller = BusyPoll::new(busy_poll, full_queue_len());
+    let heartbeat = ctx.metrics.liveness().register("input-dgram", QUIET_MAX);
     loop {
+        heartbeat.beat();
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
                 let now = Instant::now();
@@ -180,6 +183,8 @@ fn run(
                 loop {
                     if out.len() + RECV_BATCH > INPUT_BATCH_MAX {
                         ctx.flush(&mut out);
+                        // Once per full batch: a steady flood never leaves this loop.
+                        heartbeat.beat();
                         held_since = None;
                         if ctx.stopping() {
                             break;

@@ -20,6 +20,7 @@ use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Sourc
 use crate::config::UnixSocketConfig;
 use crate::pipeline::INPUT_BATCH_MAX;
 use crate::report::discard_log::DiscardInfo;
+use crate::report::liveness::{Heartbeat, QUIET_MAX};
 use crate::report::metrics::{Counter, DiscardReason, NO_TOPIC};
 
 /// Most simultaneous connections per stream input; more are refused (and counted).
@@ -122,16 +123,20 @@ fn spawn_acceptor(
     nonblocking.map_err(InputError::Thread)?;
     std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || accept_loop(l, max_msg_size, ctx))
+        .spawn({
+            let heartbeat = ctx.metrics.liveness().register(name, QUIET_MAX);
+            move || accept_loop(l, max_msg_size, ctx, &heartbeat)
+        })
         .map_err(InputError::Thread)
 }
 
-fn accept_loop(l: Listener, max_msg_size: usize, ctx: InputCtx) {
+fn accept_loop(l: Listener, max_msg_size: usize, ctx: InputCtx, heartbeat: &Heartbeat) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     let tcp = matches!(l, Listener::Tcp(_));
     let timeout = PollTimeout::try_from(STOP_POLL.as_millis() as i32).unwrap_or(PollTimeout::NONE);
     while !ctx.stopping() {
+        heartbeat.beat();
         let ready = {
             let fd = match &l {
                 Listener::Unix(u) => u.as_fd(),
@@ -167,17 +172,16 @@ fn accept_loop(l: Listener, max_msg_size: usize, ctx: InputCtx) {
         }
         live.fetch_add(1, Ordering::Relaxed);
         let (ctx2, live2) = (ctx.clone(), live.clone());
+        let name = if tcp {
+            "input-tcp-conn"
+        } else {
+            "input-stream-conn"
+        };
+        let conn_heartbeat = ctx.metrics.liveness().register(name, QUIET_MAX);
         let spawned = std::thread::Builder::new()
-            .name(
-                if tcp {
-                    "input-tcp-conn"
-                } else {
-                    "input-stream-conn"
-                }
-                .into(),
-            )
+            .name(name.into())
             .spawn(move || {
-                serve(conn, tcp, max_msg_size, &ctx2);
+                serve(conn, tcp, max_msg_size, &ctx2, &conn_heartbeat);
                 live2.fetch_sub(1, Ordering::Relaxed);
             });
         match spawned {
@@ -196,7 +200,7 @@ fn accept_loop(l: Listener, max_msg_size: usize, ctx: InputCtx) {
 }
 
 /// Reads one connection until the client closes it, sends garbage, or we stop.
-fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx) {
+fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx, heartbeat: &Heartbeat) {
     let m = ctx.metrics;
     let source = if tcp { Source::Tcp } else { Source::UnixStream };
     if let Err(e) = conn.set_read_timeout(Some(STOP_POLL)) {
@@ -206,6 +210,7 @@ fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx) {
     let mut framer = StreamFramer::new(max_msg_size);
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
     loop {
+        heartbeat.beat();
         let read = framer.read_from(&mut conn);
         match read {
             Ok(0) => {

@@ -4,7 +4,9 @@
 //! line per discard on its own thread; [`msg_debug`] follows selected topics through the
 //! daemon on request; [`commit_points`] tracks, per topic, the newest timestamp below which
 //! everything is resolved, the oldest unacknowledged age and the delivery latency (and writes
-//! the commit points to a state file on its own thread); [`status`] serves it all over HTTP.
+//! the commit points to a state file on its own thread); [`status`] serves it all over HTTP;
+//! [`liveness`] holds the role threads' heartbeats the supervisor checks for the systemd
+//! watchdog.
 //!
 //! Channels: the status server writes `StatusRequest` to the router
 //! ([`crate::pipeline`]); the discard log thread reads its own line channel; the
@@ -16,11 +18,12 @@
 //! pool (whose fill level it reports). Every role may import it.
 //!
 //! Reading order: [`metrics`], [`discards`], [`commit_points`], [`discard_log`],
-//! [`msg_debug`], [`status`].
+//! [`msg_debug`], [`status`], [`liveness`].
 
 pub mod commit_points;
 pub mod discard_log;
 pub mod discards;
+pub mod liveness;
 pub mod metrics;
 pub mod msg_debug;
 pub mod status;

@@ -6,7 +6,7 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::config::{BrokerAddr, Config};
 use crate::deliver::backoff::Rng;
@@ -16,6 +16,7 @@ use crate::kafka::control::{self, API_KEY_INIT_PRODUCER_ID, INIT_PRODUCER_ID_VER
 use crate::kafka::errors::error_name;
 use crate::kafka::{metadata, negotiate, MetadataResponse, API_KEY_METADATA, METADATA_VERSIONS};
 use crate::pipeline::{FetchRequest, FetchResponse, MetaRequest, MetaResponse, ProducerIdError};
+use crate::report::liveness::{Heartbeat, QUIET_MAX, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, Metrics};
 
 /// Largest metadata response we accept: enough for very large clusters.
@@ -31,6 +32,7 @@ pub struct Fetcher {
     metrics: &'static Metrics,
     rng: Rng,
     correlation_id: i32,
+    heartbeat: Heartbeat,
 }
 
 impl Fetcher {
@@ -44,11 +46,23 @@ impl Fetcher {
             metrics,
             rng: Rng::from_entropy(),
             correlation_id: 0,
+            // Beats between brokers: one try may block for a connect and for the reads
+            // and writes of a handshake and two requests.
+            heartbeat: metrics.liveness().register(
+                "metadata",
+                cfg.kafka.connect_timeout + cfg.kafka.socket_timeout * 6 + QUIET_MAX,
+            ),
         }
     }
 
     fn run(mut self, from_router: Receiver<FetchRequest>, to_router: Sender<FetchResponse>) {
-        for request in from_router {
+        loop {
+            self.heartbeat.beat();
+            let request = match from_router.recv_timeout(HEARTBEAT_TICK) {
+                Ok(r) => r,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             let request = match request {
                 FetchRequest::Metadata(r) => r,
                 FetchRequest::ProducerId(r) => {
@@ -105,6 +119,7 @@ impl Fetcher {
         let candidates = self.candidates();
         let mut errors = Vec::new();
         for b in &candidates {
+            self.heartbeat.beat();
             match self.fetch_from(b, req) {
                 Ok(md) => {
                     self.metrics.inc(Counter::GetMetadataSuccess);
@@ -123,6 +138,7 @@ impl Fetcher {
     fn init_producer_id(&mut self, req: IdRequest) -> Result<(i64, i16), ProducerIdError> {
         let mut errors = Vec::new();
         for b in &self.candidates() {
+            self.heartbeat.beat();
             match self.init_producer_id_from(b, req) {
                 Ok(Ok(id)) => return Ok(id),
                 Ok(Err(ProducerIdError::Unsupported(e))) => {

@@ -36,6 +36,7 @@ use crate::pipeline::{
     Batch, Control, FetchRequest, FetchResponse, MetaResponse, Msg, Outcome, ProducerIdError,
     StatusRequest,
 };
+use crate::report::liveness::{QUIET_MAX, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState, TopicId};
 use crate::route::batcher::OpenBatch;
 use crate::route::cluster::{Cluster, TopicView};
@@ -239,10 +240,13 @@ impl Router {
 
     /// Runs until shutdown completes: inputs closed and everything delivered or discarded.
     pub fn run(mut self) {
+        let heartbeat = self.metrics.liveness().register("router", QUIET_MAX);
         loop {
+            heartbeat.beat();
             self.start_due_fetches();
             self.request_producer_id();
             let ev = self.next_event();
+            let brokers_may_change = !matches!(ev, Event::Input(_));
             match ev {
                 Event::Control(Control::Shutdown { deadline }) => {
                     log::info!("router: shutting down, delivering until the deadline");
@@ -263,6 +267,9 @@ impl Router {
             }
             self.on_timers();
             self.pump_sequence();
+            if brokers_may_change {
+                self.publish_brokers();
+            }
             if self.shutdown_finished() {
                 break;
             }
@@ -311,9 +318,16 @@ impl Router {
         }
     }
 
+    /// Publishes the broker gauges (brokers in metadata, dispatchers connected).
+    fn publish_brokers(&self) {
+        let up = self.brokers.values().filter(|b| b.up).count();
+        self.metrics.set_brokers(self.cluster.brokers.len(), up);
+    }
+
     fn next_wakeup(&self) -> Instant {
         let now = Instant::now();
-        let mut t = self.next_periodic_refresh;
+        // Wakes at least every heartbeat tick, so an idle router still proves it is alive.
+        let mut t = self.next_periodic_refresh.min(now + HEARTBEAT_TICK);
         let mut consider = |x: Option<Instant>| {
             if let Some(x) = x {
                 t = t.min(x);

@@ -683,6 +683,8 @@ pub struct DoryArgs {
     pub config_toml: Option<String>,
     /// Further command-line arguments, appended last.
     pub extra_args: Vec<String>,
+    /// Environment variables set for the daemon (e.g. `NOTIFY_SOCKET`).
+    pub env: Vec<(String, String)>,
 }
 
 impl DoryArgs {
@@ -695,6 +697,7 @@ impl DoryArgs {
             batch_time_ms: Some(20),
             config_toml: None,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -747,6 +750,9 @@ impl Dory {
             cmd.arg("--config").arg(path);
         }
         cmd.args(&args.extra_args);
+        for (k, v) in &args.env {
+            cmd.env(k, v);
+        }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

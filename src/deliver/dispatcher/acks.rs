@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight};
 use crate::kafka::connection::{ConnError, Connection};
@@ -13,6 +13,7 @@ use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, S
 use crate::kafka::produce;
 use crate::pipeline::{count_failed_attempt, Batch, Outcome, ReturnReason};
 use crate::report::discards;
+use crate::report::liveness::{Heartbeat, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, DiscardReason, Metrics, QueueState};
 use crate::report::msg_debug::DebugFile;
 
@@ -26,6 +27,7 @@ pub(super) struct Receiver_ {
     pub(super) cfg: Arc<DispatcherConfig>,
     pub(super) metrics: &'static Metrics,
     pub(super) to_router: Sender<Outcome>,
+    pub(super) heartbeat: Heartbeat,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +45,13 @@ enum ResponseError {
 impl Receiver_ {
     pub(super) fn run(mut self, from_sender: Receiver<InFlight>, dead: Sender<()>) {
         let mut frame = Vec::new();
-        while let Ok(entry) = from_sender.recv() {
+        loop {
+            self.heartbeat.beat();
+            let entry = match from_sender.recv_timeout(HEARTBEAT_TICK) {
+                Ok(e) => e,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             match self.read_response(&entry, &mut frame) {
                 Ok(resp) => self.settle(entry, &resp),
                 Err(e) => {

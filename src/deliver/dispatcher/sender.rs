@@ -19,6 +19,7 @@ use crate::kafka::produce::ProduceRequestWriter;
 use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::PRODUCE_VERSIONS;
 use crate::pipeline::{Batch, Outcome, ReturnReason, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
+use crate::report::liveness::{Heartbeat, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, Metrics, QueueState};
 use crate::report::msg_debug::DebugFile;
 
@@ -52,6 +53,7 @@ pub(super) struct Sender_ {
     /// Uncompressed records of a batch being compressed.
     pub(super) scratch: Vec<u8>,
     pub(super) zstd_warned: AtomicBool,
+    pub(super) heartbeat: Heartbeat,
 }
 
 impl Sender_ {
@@ -60,6 +62,7 @@ impl Sender_ {
         let mut down_since: Option<Instant> = None;
         let mut last_log: Option<Instant> = None;
         loop {
+            self.heartbeat.beat();
             if self.shared.aborted() {
                 self.stop();
                 return;
@@ -128,10 +131,13 @@ impl Sender_ {
                     // Wait out the backoff, handing back anything routed to us meanwhile.
                     let until = Instant::now() + backoff.next_delay();
                     loop {
+                        self.heartbeat.beat();
                         if self.shared.aborted() {
                             break;
                         }
-                        match self.from_router.recv_deadline(until) {
+                        // Wakes every heartbeat tick while waiting.
+                        let wake = until.min(Instant::now() + HEARTBEAT_TICK);
+                        match self.from_router.recv_deadline(wake) {
                             Ok(b) => {
                                 self.taken(1);
                                 give_back(
@@ -141,7 +147,11 @@ impl Sender_ {
                                     vec![b],
                                 );
                             }
-                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                                if Instant::now() >= until {
+                                    break;
+                                }
+                            }
                             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                                 self.stop();
                                 return;
@@ -221,6 +231,10 @@ impl Sender_ {
             cfg: self.cfg.clone(),
             metrics: self.metrics,
             to_router: self.to_router.clone(),
+            heartbeat: self.metrics.liveness().register(
+                format!("dispatcher-{}-acks", self.id),
+                self.cfg.io_quiet_max(),
+            ),
         };
         let acks = match std::thread::Builder::new()
             .name(format!("dispatcher-{}-acks", self.id))
@@ -237,6 +251,7 @@ impl Sender_ {
             let _ = conn.shutdown();
         }
         let end = loop {
+            self.heartbeat.beat();
             let first = match self.carry.pop_front() {
                 Some(b) => b,
                 None => {
@@ -249,6 +264,7 @@ impl Sender_ {
                             }
                             Err(_) => break SessionEnd::Closed,
                         },
+                        default(HEARTBEAT_TICK) => continue,
                     }
                 }
             };

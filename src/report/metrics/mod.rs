@@ -177,6 +177,12 @@ pub struct Metrics {
     msg_debug: std::sync::OnceLock<Arc<crate::report::msg_debug::MsgDebug>>,
     /// Commit points: on or off, and their clock.
     tracking: crate::report::commit_points::Tracking,
+    /// Brokers the router knows, and those whose dispatcher is connected (`/health`'s
+    /// neighbour for the systemd status line).
+    brokers_known: AtomicU64,
+    brokers_up: AtomicU64,
+    /// Every role thread's heartbeat, for the watchdog.
+    liveness: crate::report::liveness::Liveness,
 }
 
 impl Metrics {
@@ -205,7 +211,32 @@ impl Metrics {
             discard_log: std::sync::OnceLock::new(),
             msg_debug: std::sync::OnceLock::new(),
             tracking: crate::report::commit_points::Tracking::new(config.commit_points),
+            brokers_known: AtomicU64::new(0),
+            brokers_up: AtomicU64::new(0),
+            liveness: crate::report::liveness::Liveness::new(),
         }
+    }
+
+    // ----- threads and brokers -----
+
+    /// The role threads' heartbeats.
+    pub fn liveness(&self) -> &crate::report::liveness::Liveness {
+        &self.liveness
+    }
+
+    /// Publishes how many brokers the router knows and how many of their dispatchers are
+    /// connected.
+    pub fn set_brokers(&self, known: usize, up: usize) {
+        self.brokers_known.store(known as u64, Ordering::Relaxed);
+        self.brokers_up.store(up as u64, Ordering::Relaxed);
+    }
+
+    /// (brokers known, brokers up).
+    pub fn brokers(&self) -> (u64, u64) {
+        (
+            self.brokers_known.load(Ordering::Relaxed),
+            self.brokers_up.load(Ordering::Relaxed),
+        )
     }
 
     // ----- the idempotent producer -----

@@ -107,9 +107,19 @@ fn serve(
     metrics: &Metrics,
     control: &StatusControl,
 ) {
+    let heartbeat = metrics
+        .liveness()
+        .register("status", crate::report::liveness::QUIET_MAX);
     loop {
-        let request = match server.recv() {
-            Ok(r) => r,
+        heartbeat.beat();
+        let request = match server.recv_timeout(crate::report::liveness::TICK) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                if stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                continue;
+            }
             Err(e) => {
                 if stopping.load(Ordering::SeqCst) {
                     return;

@@ -79,6 +79,7 @@ impl Router {
                     backlog: VecDeque::new(),
                 },
             );
+            self.publish_brokers();
         }
         let b = self.brokers.get_mut(&leader).expect("inserted above");
         if !b.up || !b.backlog.is_empty() || b.queued >= DISPATCH_CHANNEL_CAP {
