@@ -71,7 +71,7 @@ pub fn convert(xml: &str, source: &str) -> Result<Conversion, ConvertError> {
             root.node.tag_name().name()
         )));
     }
-    let mut cx = Cx::default();
+    let mut cx = Cx::new(xml);
     let top = cx.open(
         &root,
         &[],
@@ -224,15 +224,27 @@ impl<'a, 'i> Kids<'a, 'i> {
     }
 }
 
-#[derive(Default)]
 struct Cx {
     notes: Vec<Note>,
+    /// Where each line after the first starts: a note's line by binary search, as a file
+    /// can hold a note per attribute and `Document::text_pos_at` counts from the start.
+    line_starts: Vec<usize>,
 }
 
 impl Cx {
+    fn new(xml: &str) -> Cx {
+        Cx {
+            notes: Vec::new(),
+            line_starts: xml.match_indices('\n').map(|(i, _)| i + 1).collect(),
+        }
+    }
+
     fn note(&mut self, el: &El, message: impl Into<String>) {
+        let before = self
+            .line_starts
+            .partition_point(|&start| start <= el.node.range().start);
         self.notes.push(Note {
-            line: el.line(),
+            line: u32::try_from(before + 1).unwrap_or(u32::MAX),
             element: el.name().to_string(),
             message: message.into(),
         });
@@ -1540,6 +1552,14 @@ mod tests {
             "0.0.0.0:9090"
         ));
         assert!(has_note(&notes, "<logging><level>", "RUST_LOG=info"));
+        let compare_line = EXAMPLE
+            .lines()
+            .position(|l| l.contains("<compareMetadataOnRefresh"))
+            .map(|i| i as u32 + 1);
+        let compare = notes
+            .iter()
+            .find(|n| n.element == "<msgDelivery><compareMetadataOnRefresh>");
+        assert_eq!(compare.map(|n| n.line), compare_line);
         let lines: Vec<u32> = notes.iter().map(|n| n.line).collect();
         assert!(lines.windows(2).all(|w| w[0] <= w[1]), "document order");
     }
