@@ -1,5 +1,6 @@
 //! Command-line flags. Raw flags are parsed here, then turned into the validated
-//! [`Config`](crate::config::Config) by the config module; `dory send` is a small client.
+//! [`Config`](crate::config::Config) by the config module; `dory send` is a small client;
+//! `dory convert-config` turns Dory's XML config into TOML.
 
 use std::path::PathBuf;
 
@@ -26,6 +27,17 @@ pub struct Cli {
 pub enum Command {
     /// Send messages to a running daemon in Dory's client format.
     Send(SendArgs),
+    /// Print the TOML equivalent of a Dory XML config file; what has no equivalent is
+    /// explained on stderr.
+    ConvertConfig(ConvertConfigArgs),
+}
+
+/// `dory convert-config`: which file to convert.
+#[derive(Debug, Args)]
+pub struct ConvertConfigArgs {
+    /// Dory's XML config file (`-` reads standard input). The TOML goes to standard output.
+    #[arg(value_name = "DORY_XML")]
+    pub path: PathBuf,
 }
 
 /// Flags of the daemon itself. Each overrides the config file; with `--broker` and one

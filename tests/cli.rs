@@ -28,6 +28,7 @@ fn help_documents_every_flag() {
         "--msg-buffer-max",
         "--batch-time-ms",
         "send",
+        "convert-config",
     ] {
         assert!(text.contains(flag), "--help lacks {flag}:\n{text}");
     }

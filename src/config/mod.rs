@@ -5,12 +5,14 @@
 //! names the bad key); [`Config::from_parts`] applies flag overrides and validates.
 //! Per-topic batching, compression, rate limits and partitioners are in [`policy`]; what
 //! both need (the start-up error, byte sizes, batch limits) is in `values.rs`, which
-//! imports neither, so the two do not import each other.
+//! imports neither, so the two do not import each other. [`convert`] turns Dory's XML
+//! config into this TOML (`dory convert-config`).
 //!
 //! Channels: none; [`Config`] is built once at start and each role is given its slice.
 //!
 //! Imports: no role of dory. Every role may import it.
 
+pub mod convert;
 pub mod policy;
 mod values;
 
@@ -96,7 +98,7 @@ pub struct CommitPointsConfig {
 }
 
 /// The discard log file (one line per discarded message).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscardLogConfig {
     pub path: PathBuf,
     pub max_file_size: u64,
@@ -239,13 +241,13 @@ pub fn parse_broker(s: &str) -> Result<BrokerAddr, String> {
 }
 
 /// One UNIX socket input: its path and the permission bits to give the socket file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixSocketConfig {
     pub path: PathBuf,
     pub mode: Option<u32>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputConfig {
     pub dgram: Option<UnixSocketConfig>,
     pub stream: Option<UnixSocketConfig>,
@@ -258,7 +260,7 @@ pub struct InputConfig {
     pub max_topics: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     pub brokers: Vec<BrokerAddr>,
     pub client_id: Option<String>,
@@ -272,7 +274,7 @@ pub struct KafkaConfig {
     pub idempotence: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchingConfig {
     /// Limits of topics without their own batching config.
     pub limits: BatchLimits,
@@ -280,7 +282,7 @@ pub struct BatchingConfig {
     pub message_max_bytes: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryConfig {
     pub topic_autocreate: bool,
     pub max_failed_delivery_attempts: u32,
@@ -293,7 +295,7 @@ pub struct DeliveryConfig {
     pub unknown_topic_wait: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusConfig {
     pub addr: SocketAddr,
     pub discard_report_interval: Duration,
@@ -301,7 +303,7 @@ pub struct StatusConfig {
 }
 
 /// The validated configuration of the whole daemon.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub msg_buffer_max: usize,
     pub input: InputConfig,

@@ -166,7 +166,7 @@ pub struct TopicPolicy {
 }
 
 /// Every topic policy: defaults and overrides by topic name.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policies {
     pub default: TopicPolicy,
     pub overrides: HashMap<Vec<u8>, TopicPolicy>,
