@@ -18,14 +18,15 @@ use crate::input::stream::StreamInput;
 use crate::input::{InputCtx, InputError};
 use crate::notify::Agent;
 use crate::pipeline::{
-    Control, StatusRequest, INPUT_CHANNEL_CAP, META_CHANNEL_CAP, OUTCOME_CHANNEL_CAP,
-    SPARE_BATCHES_CAP, STATUS_CHANNEL_CAP,
+    Control, StatusRequest, INPUT_BATCH_MAX, INPUT_CHANNEL_CAP, META_CHANNEL_CAP,
+    OUTCOME_CHANNEL_CAP, SPARE_BATCHES_CAP, STATUS_CHANNEL_CAP,
 };
 use crate::pool::{Pool, PoolError};
 use crate::report::commit_points::{StateFile, StateWriter};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::report::status::StatusControl;
 use crate::route::{Router, RouterChannels};
+use crate::spool::Spool;
 
 /// Start-up failures; each ends the process with exit status 1.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,8 @@ pub enum DaemonError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Spool(#[from] crate::spool::SpoolError),
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot install signal handlers: {0}")]
@@ -172,19 +175,14 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         })
         .map_err(DaemonError::Thread)?;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let ctx = InputCtx {
-        metrics,
-        pool,
-        to_router,
-        spare_batches,
-        stop: stop.clone(),
-        topic_cache: Default::default(),
-        batch_clock: Default::default(),
-        counts: Default::default(),
-    };
-    let inputs = match Inputs::start(&cfg, &ctx) {
-        Ok(i) => i,
+    // The spool, after the single-instance guard (it also locks its directory).
+    let spool = match cfg
+        .spool
+        .as_ref()
+        .map(|c| Spool::open(c, metrics))
+        .transpose()
+    {
+        Ok(s) => s,
         Err(e) => {
             signal_handle.close();
             let _ = sig_thread.join();
@@ -195,25 +193,22 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             return Err(e.into());
         }
     };
-    // The inputs hold the only senders now: when they end, the router sees the channel
-    // close.
-    drop(ctx);
-    metrics.set_health(Health::InputsOpen);
-    log::info!(
-        "inputs open:{}{}{}",
-        cfg.input
-            .dgram
-            .as_ref()
-            .map_or(String::new(), |d| format!(" datagram {}", d.path.display())),
-        cfg.input
-            .stream
-            .as_ref()
-            .map_or(String::new(), |s| format!(" stream {}", s.path.display())),
-        cfg.input
-            .tcp_port
-            .map_or(String::new(), |p| format!(" tcp 127.0.0.1:{p}")),
-    );
 
+    let stop = Arc::new(AtomicBool::new(false));
+    let ctx = InputCtx {
+        metrics,
+        pool,
+        to_router,
+        spare_batches,
+        stop: stop.clone(),
+        topic_cache: Default::default(),
+        batch_clock: Default::default(),
+        counts: Default::default(),
+        spool: spool.as_ref().map(|s| s.0),
+        spool_batch: Default::default(),
+    };
+
+    // The router before the inputs: spool recovery hands it messages before they open.
     let fetcher = crate::route::fetcher::spawn(&cfg, metrics, from_router_meta, to_router_meta)
         .map_err(DaemonError::Thread)?;
     let (router_done_tx, router_done) = bounded::<()>(1);
@@ -249,6 +244,71 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             .map_err(DaemonError::Thread)?
     };
 
+    // Every spooled message the last run left is replayed before any new input.
+    let spool_sync = match spool {
+        Some((spool, recovery)) => {
+            let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
+            let done = recovery.replay(spool, |rec, hold| {
+                ctx.replay(rec, hold, &mut out);
+                if out.len() >= INPUT_BATCH_MAX {
+                    ctx.flush(&mut out);
+                }
+            });
+            ctx.flush(&mut out);
+            if done.segments > 0 {
+                log::info!(
+                    "spool recovery: {} message(s) replayed from {} segment(s), {} corrupt \
+                     byte(s) skipped",
+                    done.records,
+                    done.segments,
+                    done.corrupt_bytes
+                );
+            }
+            Some(spool.spawn_sync()?)
+        }
+        None => None,
+    };
+
+    let inputs = match Inputs::start(&cfg, &ctx) {
+        Ok(i) => i,
+        Err(e) => {
+            // Nothing new came in: the router delivers what recovery gave it, then stops.
+            let _ = to_control.send(Control::Shutdown {
+                deadline: Instant::now() + cfg.delivery.shutdown_max_delay,
+            });
+            drop(ctx);
+            let _ = router.join();
+            if let Some(s) = spool_sync {
+                s.stop();
+            }
+            signal_handle.close();
+            let _ = sig_thread.join();
+            if let Some(w) = commit_points {
+                w.stop();
+            }
+            status.stop();
+            return Err(e.into());
+        }
+    };
+    // The inputs hold the only senders now: when they end, the router sees the channel
+    // close.
+    drop(ctx);
+    metrics.set_health(Health::InputsOpen);
+    log::info!(
+        "inputs open:{}{}{}",
+        cfg.input
+            .dgram
+            .as_ref()
+            .map_or(String::new(), |d| format!(" datagram {}", d.path.display())),
+        cfg.input
+            .stream
+            .as_ref()
+            .map_or(String::new(), |s| format!(" stream {}", s.path.display())),
+        cfg.input
+            .tcp_port
+            .map_or(String::new(), |p| format!(" tcp 127.0.0.1:{p}")),
+    );
+
     let mut agent = Agent::from_env(Instant::now());
     let died = wait_for_stop(&sig_rx, &router_done, metrics, &mut agent);
     agent.stopping(metrics);
@@ -278,6 +338,10 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     };
     if router.join().is_err() {
         log::error!("router thread panicked");
+    }
+    // Every message has ended: the last sync, and the resolved segments freed.
+    if let Some(s) = spool_sync {
+        s.stop();
     }
     // The fetcher ends when the router drops its channel; it holds no messages, so a
     // fetch stuck on a dead broker is not waited for.

@@ -36,3 +36,4 @@ pub mod pool;
 pub mod report;
 pub mod route;
 pub mod send;
+pub mod spool;

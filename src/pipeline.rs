@@ -65,6 +65,9 @@ pub struct Msg {
     /// Fully written to a connection that was lost before the broker answered: a resend
     /// may duplicate it.
     pub maybe_sent: bool,
+    /// For a spooled topic: the message's hold on its spool segment, released when the
+    /// message is dropped (acknowledged or discarded).
+    pub spool: Option<crate::spool::SpoolRef>,
 }
 
 impl Msg {
@@ -100,6 +103,7 @@ impl Msg {
             key_len: 0,
             failed_attempts: 0,
             maybe_sent: false,
+            spool: None,
         }
     }
 }

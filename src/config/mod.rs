@@ -56,6 +56,47 @@ pub struct RawConfig {
     pub msg_debug: RawMsgDebug,
     #[serde(default)]
     pub commit_points: RawCommitPoints,
+    #[serde(default)]
+    pub spool: RawSpool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpool {
+    pub dir: Option<PathBuf>,
+    pub fsync_interval_ms: Option<u64>,
+    pub max_bytes: Option<ByteSize>,
+    pub segment_bytes: Option<ByteSize>,
+    /// "memory" or "spool", for topics not listed in `topics`.
+    pub default: Option<String>,
+    #[serde(default)]
+    pub topics: HashMap<String, String>,
+}
+
+/// The durable spool (`[spool]`, see [`crate::spool`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpoolConfig {
+    pub dir: PathBuf,
+    /// Group commit interval; zero: an input syncs each batch before handing it on.
+    pub fsync_interval: Duration,
+    /// Disk use bound: segment files (active, unresolved and spare) never exceed it.
+    pub max_bytes: u64,
+    /// Size of each preallocated segment file.
+    pub segment_bytes: u64,
+    /// Whether topics not listed in `topics` are spooled.
+    pub default_spooled: bool,
+    /// Topics whose choice differs from the default, or repeats it.
+    pub topics: HashMap<String, bool>,
+}
+
+impl SpoolConfig {
+    /// Whether messages of `topic` go through the spool.
+    pub fn spooled(&self, topic: &[u8]) -> bool {
+        std::str::from_utf8(topic)
+            .ok()
+            .and_then(|t| self.topics.get(t).copied())
+            .unwrap_or(self.default_spooled)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -316,6 +357,8 @@ pub struct Config {
     pub discard_log: Option<DiscardLogConfig>,
     pub msg_debug: Option<MsgDebugConfig>,
     pub commit_points: CommitPointsConfig,
+    /// `None` when no topic is spooled.
+    pub spool: Option<SpoolConfig>,
 }
 
 /// Largest datagram we accept to configure; Dory's self-test cap.
@@ -420,6 +463,7 @@ impl Config {
             discard_log,
             msg_debug,
             commit_points,
+            spool,
         } = raw;
         let discard_log = discard_log_config(discard_log)?;
         let msg_debug = msg_debug_config(msg_debug)?;
@@ -675,8 +719,88 @@ impl Config {
             discard_log,
             msg_debug,
             commit_points,
+            spool: spool_config(spool, max_datagram.max(max_stream))?,
         })
     }
+}
+
+/// Default and bounds of the `[spool]` sizes.
+const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+const MIN_SEGMENT_BYTES: u64 = 64 << 10;
+const MAX_SEGMENT_BYTES: u64 = 1 << 30;
+const DEFAULT_SPOOL_MAX_BYTES: u64 = 4 << 30;
+const MAX_FSYNC_INTERVAL_MS: u64 = 10_000;
+/// Bounds what a spool segment needs besides a message's bytes: the segment header, a
+/// record header and fixed fields, and the longest topic a client can send (config imports
+/// no role, so this is a bound, not `spool::format`'s exact sizes; a test checks it).
+pub const SPOOL_RECORD_OVERHEAD: u64 = 1024 + i16::MAX as u64;
+
+fn spool_choice(key: &'static str, v: &str) -> Result<bool, ConfigError> {
+    match v {
+        "memory" => Ok(false),
+        "spool" => Ok(true),
+        _ => Err(invalid(
+            key,
+            format!("`{v}`: expected \"memory\" or \"spool\""),
+        )),
+    }
+}
+
+fn spool_config(raw: RawSpool, max_msg: u64) -> Result<Option<SpoolConfig>, ConfigError> {
+    let default_spooled = raw
+        .default
+        .as_deref()
+        .map_or(Ok(false), |v| spool_choice("spool.default", v))?;
+    let topics = raw
+        .topics
+        .iter()
+        .map(|(t, v)| Ok((t.clone(), spool_choice("spool.topics", v)?)))
+        .collect::<Result<HashMap<String, bool>, ConfigError>>()?;
+    if !default_spooled && !topics.values().any(|&s| s) {
+        return Ok(None);
+    }
+    let dir = absolute("spool.dir", raw.dir)?;
+    let fsync_ms = raw.fsync_interval_ms.unwrap_or(5);
+    if fsync_ms > MAX_FSYNC_INTERVAL_MS {
+        return Err(invalid(
+            "spool.fsync_interval_ms",
+            format!("must be between 0 (sync every batch) and {MAX_FSYNC_INTERVAL_MS}"),
+        ));
+    }
+    let segment_bytes = raw.segment_bytes.map_or(DEFAULT_SEGMENT_BYTES, |b| b.0);
+    if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&segment_bytes) {
+        return Err(invalid(
+            "spool.segment_bytes",
+            format!("must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES} bytes"),
+        ));
+    }
+    // A record is the message plus its topic and a few fixed fields; the largest message
+    // an input accepts must fit in one segment.
+    let largest_record = max_msg + SPOOL_RECORD_OVERHEAD;
+    if largest_record > segment_bytes {
+        return Err(invalid(
+            "spool.segment_bytes",
+            format!(
+                "{segment_bytes} bytes cannot hold the largest message the inputs accept \
+                 ({max_msg} bytes, input.max_stream_msg_size / input.max_datagram_msg_size)"
+            ),
+        ));
+    }
+    let max_bytes = raw.max_bytes.map_or(DEFAULT_SPOOL_MAX_BYTES, |b| b.0);
+    if max_bytes < 2 * segment_bytes {
+        return Err(invalid(
+            "spool.max_bytes",
+            "must hold at least two segments (spool.segment_bytes)",
+        ));
+    }
+    Ok(Some(SpoolConfig {
+        dir,
+        fsync_interval: Duration::from_millis(fsync_ms),
+        max_bytes,
+        segment_bytes,
+        default_spooled,
+        topics,
+    }))
 }
 
 fn absolute(key: &'static str, p: Option<PathBuf>) -> Result<PathBuf, ConfigError> {

@@ -24,11 +24,13 @@ use crate::report::discard_log::{DiscardInfo, DiscardKind};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::pipeline::{Msg, INPUT_BATCH_MAX};
-use crate::pool::Pool;
+use crate::pool::{Lease, Pool};
 use crate::report::commit_points::tracking_key;
 use crate::report::metrics::{
     now_ms, Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC,
 };
+use crate::spool::format::{encode_record, RecordRef};
+use crate::spool::{Spool, SpoolRef};
 use wire::{ClientMsg, Kind, WireError};
 
 /// Most topic ids an input thread remembers (the cache is cleared when full, so a client
@@ -72,6 +74,8 @@ pub enum Source {
     Datagram,
     UnixStream,
     Tcp,
+    /// Replayed from the spool at start.
+    Spool,
 }
 
 /// What every input needs: where messages go and how they are counted. Each input
@@ -84,13 +88,35 @@ pub struct InputCtx {
     /// Emptied batches the router gave back, reused before allocating new ones.
     pub spare_batches: Receiver<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
-    /// Topic ids this thread has looked up, sparing the shared topic table's lock.
-    pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, TopicId>>,
+    /// Topic ids this thread has looked up (and whether each is spooled), sparing the
+    /// shared topic table's lock.
+    pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, (TopicId, bool)>>,
     /// Arrival time for the messages being accepted, when the input read them together
     /// (one clock read per batch); `None`: read the clock per message.
     pub batch_clock: std::cell::Cell<Option<Instant>>,
     /// Counters for the batch being collected, added to the metrics in `flush`.
     pub counts: std::cell::RefCell<PendingCounts>,
+    /// The durable spool, when any topic is spooled.
+    pub spool: Option<&'static Spool>,
+    /// The spooled messages of the batch being collected, encoded as they are accepted.
+    pub spool_batch: std::cell::RefCell<SpoolBatch>,
+}
+
+/// Spool records of the batch being collected; buffers reused from batch to batch.
+#[derive(Debug, Default)]
+pub struct SpoolBatch {
+    bytes: Vec<u8>,
+    /// Index in the batch of each record's message, in record order.
+    msg_idx: Vec<usize>,
+    keys: Vec<(TopicId, i64)>,
+    holds: Vec<SpoolRef>,
+}
+
+impl Clone for SpoolBatch {
+    /// Each input thread starts with empty buffers of its own.
+    fn clone(&self) -> Self {
+        SpoolBatch::default()
+    }
 }
 
 /// Per-batch counts, so the shared counters are touched once per batch.
@@ -155,17 +181,7 @@ impl InputCtx {
                 Kind::PartitionKey(_) => c.partition_key += 1,
             }
         }
-        let cached = self.topic_cache.borrow().get(msg.topic).copied();
-        let topic = cached.or_else(|| {
-            let id = m.topic_id(msg.topic)?;
-            let mut cache = self.topic_cache.borrow_mut();
-            if cache.len() >= TOPIC_CACHE_MAX {
-                cache.clear();
-            }
-            cache.insert(msg.topic.to_vec(), id);
-            Some(id)
-        });
-        let Some(topic) = topic else {
+        let Some((topic, spooled)) = self.topic(msg.topic) else {
             // The topic table is full (a client inventing topic names): count it under "".
             m.received(NO_TOPIC, 1);
             m.discarded(
@@ -203,6 +219,33 @@ impl InputCtx {
         };
         payload.write_at(0, msg.key);
         payload.write_at(msg.key.len(), msg.value);
+        if spooled {
+            let rec = RecordRef {
+                partition_key: match msg.kind {
+                    Kind::AnyPartition => None,
+                    Kind::PartitionKey(k) => Some(k),
+                },
+                timestamp: msg.timestamp,
+                topic: msg.topic,
+                key: msg.key,
+                value: msg.value,
+            };
+            let mut sb = self.spool_batch.borrow_mut();
+            if !encode_record(&rec, &mut sb.bytes) {
+                // Cannot happen within the configured message sizes; counted if it does.
+                drop(sb);
+                m.received(topic, 1);
+                m.discarded(
+                    topic,
+                    DiscardReason::SpoolFull,
+                    1,
+                    msg.timestamp,
+                    msg.timestamp,
+                );
+                return;
+            }
+            sb.msg_idx.push(out.len());
+        }
         // Received, MsgCreate, forwarded and New are counted for the batch in `flush`,
         // before the router can see (and settle) any of these messages.
         self.counts.borrow_mut().source = Some(source);
@@ -221,13 +264,139 @@ impl InputCtx {
                 .expect("a key fits in a client message, so in u32"),
             failed_attempts: 0,
             maybe_sent: false,
+            spool: None,
         });
+    }
+
+    /// The topic's id and whether it is spooled; `None` when the topic table is full.
+    fn topic(&self, name: &[u8]) -> Option<(TopicId, bool)> {
+        if let Some(&hit) = self.topic_cache.borrow().get(name) {
+            return Some(hit);
+        }
+        let id = self.metrics.topic_id(name)?;
+        let spooled = id != NO_TOPIC && self.spool.is_some_and(|s| s.spooled(name));
+        if spooled {
+            self.metrics.set_spooled(id);
+        }
+        let mut cache = self.topic_cache.borrow_mut();
+        if cache.len() >= TOPIC_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(name.to_vec(), (id, spooled));
+        Some((id, spooled))
+    }
+
+    /// Takes one message replayed from the spool (at start, before the inputs open): like
+    /// an accepted one, but it already has its place in the spool (`hold`), and it waits
+    /// for pool space instead of being discarded (the router is running and frees it).
+    pub fn replay(&self, rec: RecordRef<'_>, hold: SpoolRef, out: &mut Vec<Msg>) {
+        let m = self.metrics;
+        let Some((topic, _)) = self.topic(rec.topic) else {
+            m.received(NO_TOPIC, 1);
+            m.discarded(
+                NO_TOPIC,
+                DiscardReason::BadTopic,
+                1,
+                rec.timestamp,
+                rec.timestamp,
+            );
+            return;
+        };
+        let len = rec.key.len() + rec.value.len();
+        let Some(mut payload) = self.alloc_waiting(len, out) else {
+            m.received(topic, 1);
+            m.inc(Counter::InputAgentDiscardMsgNoMem);
+            m.discarded(
+                topic,
+                DiscardReason::NoMemory,
+                1,
+                rec.timestamp,
+                rec.timestamp,
+            );
+            return;
+        };
+        payload.write_at(0, rec.key);
+        payload.write_at(rec.key.len(), rec.value);
+        self.counts.borrow_mut().source = Some(Source::Spool);
+        out.push(Msg {
+            topic,
+            partition_key: rec.partition_key,
+            timestamp: rec.timestamp,
+            arrival: Instant::now(),
+            commit_key: rec.timestamp,
+            payload,
+            key_len: u32::try_from(rec.key.len()).unwrap_or(u32::MAX),
+            failed_attempts: 0,
+            maybe_sent: false,
+            spool: Some(hold),
+        });
+    }
+
+    /// Pool space for a replayed message: hands on what is collected and waits while the
+    /// pool is full. `None` only if the message is larger than the whole pool.
+    fn alloc_waiting(&self, len: usize, out: &mut Vec<Msg>) -> Option<Lease> {
+        if len > self.pool.capacity_bytes() {
+            return None;
+        }
+        let mut logged = false;
+        loop {
+            if let Some(p) = self.pool.alloc(len) {
+                return Some(p);
+            }
+            if !out.is_empty() {
+                self.flush(out);
+                continue;
+            }
+            if !logged {
+                log::info!("spool recovery: message pool full; waiting for deliveries");
+                logged = true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Appends the batch's spooled messages to the spool and gives each its hold; those
+    /// the spool could not take are counted and discarded as `spool_full`. With
+    /// `fsync_interval_ms = 0`, returns only once they are on disk.
+    fn spool_out(&self, out: &mut Vec<Msg>) {
+        let Some(spool) = self.spool else { return };
+        let mut sb = self.spool_batch.borrow_mut();
+        if sb.msg_idx.is_empty() {
+            return;
+        }
+        let SpoolBatch {
+            bytes,
+            msg_idx,
+            keys,
+            holds,
+        } = &mut *sb;
+        keys.clear();
+        keys.extend(msg_idx.iter().map(|&i| (out[i].topic, out[i].commit_key)));
+        let done = spool.append(bytes, keys, holds);
+        for (hold, &i) in holds.drain(..).zip(msg_idx.iter()) {
+            out[i].spool = Some(hold);
+        }
+        if done.written < msg_idx.len() {
+            let failed = take_indices(out, &msg_idx[done.written..]);
+            let m = self.metrics;
+            for msg in &failed {
+                m.received(msg.topic, 1);
+            }
+            m.add(Counter::MsgCreate, failed.len() as u64);
+            crate::report::discards::discard(m, failed, DiscardReason::SpoolFull);
+        }
+        if done.written > 0 && spool.sync_each_batch() {
+            spool.sync_to(done.seq);
+        }
+        bytes.clear();
+        msg_idx.clear();
     }
 
     /// Hands a batch to the router (blocking while its queue is full: backpressure),
     /// counting it first.
     pub fn flush(&self, out: &mut Vec<Msg>) {
         let m = self.metrics;
+        let source = self.counts.borrow().source;
         {
             let mut c = self.counts.borrow_mut();
             if c.any_partition > 0 {
@@ -238,29 +407,31 @@ impl InputCtx {
             }
             *c = PendingCounts::default();
         }
+        // The batch's receipt time caps each commit-point key (a future timestamp cannot
+        // push a commit point past the present).
+        let receipt_ms = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        for msg in out.iter_mut() {
+            msg.commit_key = tracking_key(msg.timestamp, receipt_ms);
+        }
+        // Spooled messages are on the spool before they count as received.
+        self.spool_out(out);
         if out.is_empty() {
             return;
         }
-        let source = self.counts.borrow().source;
         let n = out.len() as u64;
         m.add(Counter::MsgCreate, n);
-        if let Some(source) = source {
-            m.add(
-                match source {
-                    Source::Datagram => Counter::UnixDgInputAgentForwardMsg,
-                    Source::UnixStream => Counter::UnixStreamInputForwardMsg,
-                    Source::Tcp => Counter::TcpInputForwardMsg,
-                },
-                n,
-            );
+        let forwarded = match source {
+            Some(Source::Datagram) => Some(Counter::UnixDgInputAgentForwardMsg),
+            Some(Source::UnixStream) => Some(Counter::UnixStreamInputForwardMsg),
+            Some(Source::Tcp) => Some(Counter::TcpInputForwardMsg),
+            Some(Source::Spool) | None => None,
+        };
+        if let Some(c) = forwarded {
+            m.add(c, n);
         }
-        // Per topic: a batch holds few topics, so a short list is enough. The batch's
-        // receipt time caps each commit-point key (a future timestamp cannot push a commit
-        // point past the present).
-        let receipt_ms = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        // Per topic: a batch holds few topics, so a short list is enough.
         let mut per_topic: Vec<(TopicId, u64)> = Vec::new();
-        for msg in out.iter_mut() {
-            msg.commit_key = tracking_key(msg.timestamp, receipt_ms);
+        for msg in out.iter() {
             match per_topic.iter_mut().find(|(t, _)| *t == msg.topic) {
                 Some((_, n)) => *n += 1,
                 None => per_topic.push((msg.topic, 1)),
@@ -272,6 +443,17 @@ impl InputCtx {
             m.track_received(t, out.iter().filter(|msg| msg.topic == t));
             m.received(t, n);
             m.queue_add(t, QueueState::New, n as i64);
+            if source == Some(Source::Spool) {
+                // Replayed: Kafka may already have them (see spool::recovery).
+                let (lo, hi) = out
+                    .iter()
+                    .filter(|msg| msg.topic == t)
+                    .fold((i64::MAX, i64::MIN), |(lo, hi), msg| {
+                        (lo.min(msg.timestamp), hi.max(msg.timestamp))
+                    });
+                m.recovered(t, n);
+                m.possible_duplicates(t, n, lo, hi);
+            }
         }
         let fresh = self
             .spare_batches
@@ -288,6 +470,22 @@ impl InputCtx {
             crate::report::discards::discard(self.metrics, msgs, DiscardReason::Shutdown);
         }
     }
+}
+
+/// Removes the messages at `idx` (ascending) from `batch`, keeping the others' order.
+fn take_indices(batch: &mut Vec<Msg>, idx: &[usize]) -> Vec<Msg> {
+    let mut taken = Vec::with_capacity(idx.len());
+    let mut next = idx.iter().peekable();
+    let all = std::mem::take(batch);
+    for (i, msg) in all.into_iter().enumerate() {
+        if next.peek() == Some(&&i) {
+            next.next();
+            taken.push(msg);
+        } else {
+            batch.push(msg);
+        }
+    }
+    taken
 }
 
 /// A read that ended because the socket's timeout ([`STOP_POLL`]) ran out (or a signal):

@@ -43,6 +43,8 @@ pub enum DiscardInfo {
     KafkaErrorAck,
     DeliveryAttemptLimit,
     ServerShutdown,
+    /// The durable spool could not take a spooled topic's message (not a Dory reason).
+    SpoolFull,
 }
 
 impl DiscardInfo {
@@ -62,6 +64,7 @@ impl DiscardInfo {
             DiscardInfo::KafkaErrorAck => "KAFKA_ERROR_ACK",
             DiscardInfo::DeliveryAttemptLimit => "DELIVERY_ATTEMPT_LIMIT",
             DiscardInfo::ServerShutdown => "SERVER_SHUTDOWN",
+            DiscardInfo::SpoolFull => "SPOOL_FULL",
         };
         out.extend_from_slice(name.as_bytes());
     }

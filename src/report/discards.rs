@@ -24,6 +24,7 @@ pub fn info(reason: DiscardReason) -> DiscardInfo {
         DiscardReason::KafkaError => DiscardInfo::KafkaErrorAck,
         DiscardReason::AttemptLimit => DiscardInfo::DeliveryAttemptLimit,
         DiscardReason::Shutdown => DiscardInfo::ServerShutdown,
+        DiscardReason::SpoolFull => DiscardInfo::SpoolFull,
     }
 }
 

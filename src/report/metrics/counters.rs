@@ -17,11 +17,17 @@ pub enum DiscardReason {
     KafkaError,
     AttemptLimit,
     Shutdown,
+    /// A spooled topic's message the spool could not take (`spool.max_bytes` reached,
+    /// disk full or a write error).
+    SpoolFull,
 }
 
 impl DiscardReason {
     /// Every reason, in a stable order (the order of `/metrics` output).
-    pub const ALL: [DiscardReason; 13] = [
+    /// How many reasons there are.
+    pub const COUNT: usize = 14;
+
+    pub const ALL: [DiscardReason; DiscardReason::COUNT] = [
         DiscardReason::Malformed,
         DiscardReason::UnsupportedApiKey,
         DiscardReason::UnsupportedVersion,
@@ -35,6 +41,7 @@ impl DiscardReason {
         DiscardReason::KafkaError,
         DiscardReason::AttemptLimit,
         DiscardReason::Shutdown,
+        DiscardReason::SpoolFull,
     ];
 
     /// The snake_case name used as the `reason` label.
@@ -53,6 +60,7 @@ impl DiscardReason {
             DiscardReason::KafkaError => "kafka_error",
             DiscardReason::AttemptLimit => "attempt_limit",
             DiscardReason::Shutdown => "shutdown",
+            DiscardReason::SpoolFull => "spool_full",
         }
     }
 

@@ -12,6 +12,7 @@
 
 mod counters;
 mod discard_reports;
+mod spool_stats;
 mod topic_table;
 mod tracking;
 
@@ -22,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use counters::{Counter, DiscardReason};
 use discard_reports::{add_range, Periods};
 pub use discard_reports::{DiscardReport, DiscardReports, TopicRange, LRU_CAPACITY};
+pub use spool_stats::{SpoolSnapshot, SpoolStats};
 use topic_table::TopicTable;
 
 /// Index into the topic table. `NO_TOPIC` (0) stands for "" (no parsable topic).
@@ -129,7 +131,7 @@ pub struct TopicSnapshot {
     pub received: u64,
     pub delivered: u64,
     /// Indexed by `DiscardReason::index`.
-    pub discarded: [u64; 13],
+    pub discarded: [u64; DiscardReason::COUNT],
     pub possible_duplicates: u64,
     /// `received - delivered - sum(discarded)`; never negative when callers count
     /// `received` before the outcome (see `snapshot_topics`).
@@ -183,6 +185,8 @@ pub struct Metrics {
     brokers_up: AtomicU64,
     /// Every role thread's heartbeat, for the watchdog.
     liveness: crate::report::liveness::Liveness,
+    /// The durable spool's values.
+    spool: SpoolStats,
 }
 
 impl Metrics {
@@ -214,6 +218,7 @@ impl Metrics {
             brokers_known: AtomicU64::new(0),
             brokers_up: AtomicU64::new(0),
             liveness: crate::report::liveness::Liveness::new(),
+            spool: SpoolStats::default(),
         }
     }
 
@@ -524,7 +529,7 @@ impl Metrics {
             // and `in_flight` is never negative. Reading `received` first would race with a
             // message that arrives and completes between the reads.
             let delivered = s.delivered.load(Ordering::Acquire);
-            let mut discarded = [0u64; 13];
+            let mut discarded = [0u64; DiscardReason::COUNT];
             for (d, a) in discarded.iter_mut().zip(s.discarded.iter()) {
                 *d = a.load(Ordering::Acquire);
             }

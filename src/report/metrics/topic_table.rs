@@ -13,16 +13,38 @@ const SEGMENT: usize = 64;
 
 /// Per-topic atomics. Slots live in fixed segments that are never moved or freed, so the hot
 /// path reaches them without a lock.
-#[derive(Default)]
 pub(super) struct TopicStats {
     pub(super) name: OnceLock<Arc<[u8]>>,
     pub(super) received: AtomicU64,
     pub(super) delivered: AtomicU64,
-    pub(super) discarded: [AtomicU64; 13],
+    pub(super) discarded: [AtomicU64; super::DiscardReason::COUNT],
     pub(super) possible_duplicates: AtomicU64,
     pub(super) queued: [AtomicI64; 4],
     /// Commit point tracker and delivery latency.
     pub(super) delivery: crate::report::commit_points::TopicCell,
+    /// Messages replayed from the spool at start.
+    pub(super) recovered: AtomicU64,
+    /// The topic goes through the spool.
+    pub(super) spooled: AtomicBool,
+    /// The spool's synced point ([`super::spool_stats::NO_POINT`]: none yet).
+    pub(super) synced_point: AtomicI64,
+}
+
+impl Default for TopicStats {
+    fn default() -> Self {
+        TopicStats {
+            name: OnceLock::new(),
+            received: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            discarded: Default::default(),
+            possible_duplicates: AtomicU64::new(0),
+            queued: Default::default(),
+            delivery: Default::default(),
+            recovered: AtomicU64::new(0),
+            spooled: AtomicBool::new(false),
+            synced_point: AtomicI64::new(super::spool_stats::NO_POINT),
+        }
+    }
 }
 
 impl TopicStats {

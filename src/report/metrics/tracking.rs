@@ -47,7 +47,16 @@ impl Metrics {
         for id in 1..self.topics.len() {
             let Ok(id) = TopicId::try_from(id) else { break };
             let s = self.topics.stats(id);
-            if let Some((p, b)) = self.tracking.point(s.name(), &s.delivery, now) {
+            if let Some((mut p, mut b)) = self.tracking.point(s.name(), &s.delivery, now) {
+                // A spooled topic's commit point also stays at or below its synced point:
+                // what it covers survives a machine crash (see crate::spool).
+                if let Some(synced) = self.synced_point(id) {
+                    if p.commit_point.is_some_and(|cp| cp > synced) {
+                        p.commit_point = Some(synced);
+                        let above = synced.saturating_add(1);
+                        b.0 = Some(b.0.map_or(above, |lo| lo.min(above)));
+                    }
+                }
                 topics.push(p);
                 bounds.push(b);
             }

@@ -11,6 +11,7 @@
 mod commit_points;
 mod dory;
 mod prometheus;
+mod spool;
 
 use std::fmt::Write as _;
 use std::io;
@@ -244,6 +245,15 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
                 "commit points are off (commit_points.enable = false)\n".into(),
             ),
         },
+        "/spool/plain" | "/spool/json" => match m.spool_snapshot() {
+            Some(s) if path.ends_with("/plain") => Reply::ok(TEXT, spool::spool_plain(m, &s)),
+            Some(s) => Reply::ok(JSON, spool::spool_json(m, &s)),
+            None => Reply {
+                status: 404,
+                content_type: TEXT,
+                body: "no spool is configured (spool.default / spool.topics)\n".into(),
+            },
+        },
         "/health" => health(m),
         "/metrics" => Reply::ok(PROMETHEUS, prometheus(m)),
         p if p.starts_with("/msg_debug/") => match m.msg_debug().and_then(|d| d.handle_http(p)) {
@@ -267,6 +277,7 @@ fn index_html() -> String {
         ("queues", "queued messages"),
         ("metadata_fetch_time", "metadata fetch time"),
         ("commit_points", "commit points"),
+        ("spool", "durable spool"),
     ] {
         let _ = writeln!(
             out,

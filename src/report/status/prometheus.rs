@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use super::Reply;
 use crate::report::commit_points::{Points, TopicPoint, LATENCY_BOUNDS};
-use crate::report::metrics::{DiscardReason, Health, Idempotence, Metrics, TopicSnapshot};
+use crate::report::metrics::{
+    DiscardReason, Health, Idempotence, Metrics, SpoolSnapshot, TopicSnapshot,
+};
 
 pub(super) fn health(m: &Metrics) -> Reply {
     match m.health() {
@@ -148,7 +150,116 @@ pub(super) fn prometheus(m: &Metrics) -> String {
     );
     let errors = m.commit_points_file_errors().load(Ordering::Relaxed);
     let _ = writeln!(out, "{name} {errors}");
+    if let Some(s) = m.spool_snapshot() {
+        prometheus_spool(&mut out, m, &s);
+    }
     out
+}
+
+/// The durable spool's families (only when a spool is configured).
+fn prometheus_spool(out: &mut String, m: &Metrics, s: &SpoolSnapshot) {
+    let plain: [(&str, &str, &str, u64); 9] = [
+        (
+            "dory_spool_bytes",
+            "gauge",
+            "Bytes of spool segment files on disk.",
+            s.bytes,
+        ),
+        (
+            "dory_spool_segments",
+            "gauge",
+            "Spool segment files on disk (active, unresolved, spare).",
+            s.segments,
+        ),
+        (
+            "dory_spool_live_segments",
+            "gauge",
+            "Spool segments holding unresolved messages.",
+            s.live_segments,
+        ),
+        (
+            "dory_spool_appended_total",
+            "counter",
+            "Messages appended to the spool.",
+            s.appended_records,
+        ),
+        (
+            "dory_spool_synced_total",
+            "counter",
+            "Appended messages made durable by a sync.",
+            s.synced_records,
+        ),
+        (
+            "dory_spool_corrupt_bytes_total",
+            "counter",
+            "Bytes recovery skipped (torn or corrupt records, unreadable headers).",
+            s.corrupt_bytes,
+        ),
+        (
+            "dory_spool_unreadable_segments_total",
+            "counter",
+            "Segment files recovery moved aside (future format, bad header).",
+            s.unreadable_segments,
+        ),
+        (
+            "dory_spool_write_errors_total",
+            "counter",
+            "Failed segment creations and writes.",
+            s.write_errors,
+        ),
+        (
+            "dory_spool_sync_errors_total",
+            "counter",
+            "Failed fdatasync calls.",
+            s.sync_errors,
+        ),
+    ];
+    for (name, kind, help, v) in plain {
+        family(out, name, kind, help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    let name = "dory_spool_sync_seconds";
+    family(
+        out,
+        name,
+        "histogram",
+        "Duration of each spool group commit (fdatasync).",
+    );
+    let h = &s.sync_latency;
+    let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64().to_string());
+    for (le, n) in bounds.chain(["+Inf".to_string()]).zip(h.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_sum {}", h.sum.as_secs_f64());
+    let _ = writeln!(out, "{name}_count {}", h.count());
+    let topics = m.spool_topics();
+    let name = "dory_spool_recovered_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Messages replayed from the spool at start, per topic.",
+    );
+    for (t, recovered, _) in &topics {
+        let _ = writeln!(out, "{name}{{topic=\"{}\"}} {recovered}", label(t));
+    }
+    let name = "dory_spool_synced_point_timestamp_seconds";
+    family(
+        out,
+        name,
+        "gauge",
+        "Per spooled topic: every message received with a timestamp at or below it is on disk.",
+    );
+    for (t, _, point) in &topics {
+        if let Some(p) = point {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\"}} {}",
+                label(t),
+                ms_as_seconds(i128::from(*p))
+            );
+        }
+    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

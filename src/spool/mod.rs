@@ -1,0 +1,299 @@
+//! The durable spool: a write-ahead log of spooled topics' messages, so a daemon crash
+//! loses none of them and a machine crash only those inside the fsync window.
+//!
+//! Owns: the spool directory (an exclusive `lock` file and fixed-size, preallocated
+//! segment files, see `segment.rs` and the format in [`format`]), the writer state behind
+//! one mutex (`writer.rs`), each segment's count of unresolved messages, and the
+//! `spool-sync` thread (group commit every `spool.fsync_interval_ms`, reclamation of
+//! resolved segments). Recovery at start is in `recovery.rs`.
+//!
+//! How a message moves through it: an input encodes a spooled topic's message into its own
+//! buffer as it accepts it, appends the batch's records before counting them received
+//! ([`Spool::append`]; with `fsync_interval_ms = 0` it also waits for the sync,
+//! [`Spool::sync_to`]), and each message carries a [`SpoolRef`] on its segment. Dropping
+//! the message (delivered, or discarded through the one discard path) drops the ref, which
+//! counts the segment's message as resolved; a sealed segment with none left is reused.
+//!
+//! Channels: none with the pipeline; the sync thread has a stop channel from the supervisor.
+//!
+//! Imports: settings, the pipeline's [`crate::report::metrics`] (to count), nothing of
+//! [`crate::input`], [`crate::route`], [`crate::deliver`] or [`crate::kafka`]: the spool
+//! knows files and records, not where messages go.
+
+pub mod format;
+pub mod recovery;
+pub mod segment;
+mod writer;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, tick, Sender};
+
+use crate::config::SpoolConfig;
+use crate::report::metrics::{Metrics, SpoolStats, TopicId};
+use writer::{sync_files, Writer};
+pub use writer::{AppendError, Appended};
+
+/// How often the sync thread reclaims segments when it does not sync on a timer
+/// (`fsync_interval_ms = 0`: inputs sync themselves).
+const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Errors opening the spool: fatal at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("cannot create the spool directory {path} (spool.dir): {source}")]
+    Dir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot lock the spool directory {path} (spool.dir; is another dory using it?): {source}"
+    )]
+    Lock {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the spool directory {path}: {source}")]
+    List {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the spool-sync thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A message's hold on its segment: while any exists, the segment is kept. Dropped with
+/// the message (acknowledged or discarded).
+#[derive(Debug)]
+pub struct SpoolRef(&'static AtomicU64);
+
+impl SpoolRef {
+    fn new(slot: &'static AtomicU64) -> SpoolRef {
+        SpoolRef(slot)
+    }
+}
+
+impl Drop for SpoolRef {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The spool, shared by the inputs, recovery and the sync thread (`&'static`).
+pub struct Spool {
+    cfg: SpoolConfig,
+    metrics: &'static Metrics,
+    /// Unresolved messages per segment slot.
+    slots: &'static [AtomicU64],
+    writer: Mutex<Writer>,
+    /// Serialises group commits; `synced` is the logical position they reached.
+    sync_lock: Mutex<()>,
+    synced: AtomicU64,
+    _lock: std::fs::File,
+}
+
+impl std::fmt::Debug for Spool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spool").field("dir", &self.cfg.dir).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each critical section leaves the state consistent between its steps.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Spool {
+    /// Opens (creating) and locks the spool directory and reads what is there: the spool,
+    /// and what recovery must replay before the inputs open.
+    pub fn open(
+        cfg: &SpoolConfig,
+        metrics: &'static Metrics,
+    ) -> Result<(&'static Spool, recovery::Recovery), SpoolError> {
+        let dir = cfg.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| SpoolError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+        let lock_file = segment::lock_dir(&dir).map_err(|source| SpoolError::Lock {
+            path: dir.clone(),
+            source,
+        })?;
+        metrics.enable_spool();
+        let mut plan =
+            recovery::Recovery::plan(cfg, metrics).map_err(|source| SpoolError::List {
+                path: dir.clone(),
+                source,
+            })?;
+        let max_segments = (cfg.max_bytes / cfg.segment_bytes).max(2);
+        let slots_n = usize::try_from(max_segments)
+            .unwrap_or(usize::MAX)
+            .saturating_add(plan.live_count())
+            .saturating_add(2);
+        let slots: &'static [AtomicU64] =
+            Box::leak((0..slots_n).map(|_| AtomicU64::new(0)).collect());
+        let mut w = Writer::new(dir, cfg.segment_bytes, max_segments, slots_n);
+        plan.prepare(&mut w);
+        let spool: &'static Spool = Box::leak(Box::new(Spool {
+            cfg: cfg.clone(),
+            metrics,
+            slots,
+            writer: Mutex::new(w),
+            sync_lock: Mutex::new(()),
+            synced: AtomicU64::new(0),
+            _lock: lock_file,
+        }));
+        {
+            let mut w = lock(&spool.writer);
+            if let Err(e) = w.open_active(slots) {
+                spool.write_failed(&e);
+            }
+            w.publish_gauges(metrics.spool());
+        }
+        Ok((spool, plan))
+    }
+
+    pub fn config(&self) -> &SpoolConfig {
+        &self.cfg
+    }
+
+    /// Whether messages of `topic` go through the spool.
+    pub fn spooled(&self, topic: &[u8]) -> bool {
+        self.cfg.spooled(topic)
+    }
+
+    /// With `fsync_interval_ms = 0` an input syncs each batch itself before handing it on.
+    pub fn sync_each_batch(&self) -> bool {
+        self.cfg.fsync_interval.is_zero()
+    }
+
+    /// Appends a batch of encoded records (see [`format::encode_record`]); `keys` has each
+    /// record's topic and tracking key, in order. Pushes one [`SpoolRef`] per written
+    /// record onto `tickets`. Records after the first that could not be written are not
+    /// written (the error is counted and logged here; the caller discards them).
+    pub fn append(
+        &self,
+        buf: &mut [u8],
+        keys: &[(TopicId, i64)],
+        tickets: &mut Vec<SpoolRef>,
+    ) -> Appended {
+        let mut w = lock(&self.writer);
+        let (done, err) = w.append(buf, keys, self.slots, tickets, self.metrics);
+        if let Some(e) = err {
+            self.write_failed(&e);
+        }
+        w.publish_gauges(self.metrics.spool());
+        done
+    }
+
+    fn write_failed(&self, e: &AppendError) {
+        static LAST_LOG: Mutex<Option<Instant>> = Mutex::new(None);
+        if !matches!(e, AppendError::Full(_)) {
+            SpoolStats::add(&self.metrics.spool().write_errors, 1);
+        }
+        // Rate-limited: a full spool refuses every batch until something resolves.
+        let mut last = lock(&LAST_LOG);
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            *last = Some(Instant::now());
+            log::error!("spool: {e}; new messages of spooled topics are discarded as spool_full");
+        }
+    }
+
+    /// Returns once everything appended up to `seq` is on disk (a group commit: one caller
+    /// syncs for all that wait).
+    pub fn sync_to(&self, seq: u64) {
+        let _g = lock(&self.sync_lock);
+        if self.synced.load(Ordering::Acquire) >= seq {
+            return;
+        }
+        self.sync_locked();
+    }
+
+    /// A group commit, `sync_lock` held.
+    fn sync_locked(&self) {
+        let Some((files, upto, window)) = lock(&self.writer).begin_sync() else {
+            return;
+        };
+        let t0 = Instant::now();
+        let result = sync_files(&files);
+        self.metrics.spool().synced(writer::since(t0));
+        let mut w = lock(&self.writer);
+        match result {
+            Ok(()) => {
+                w.end_sync(window, self.metrics);
+                self.synced.fetch_max(upto, Ordering::Release);
+            }
+            Err(e) => {
+                SpoolStats::add(&self.metrics.spool().sync_errors, 1);
+                log::error!("spool: fdatasync failed: {e}");
+                w.sync_failed(files, window);
+            }
+        }
+    }
+
+    /// One group commit now (the sync thread's tick, and shutdown).
+    pub fn sync_now(&self) {
+        let _g = lock(&self.sync_lock);
+        self.sync_locked();
+    }
+
+    /// Reuses segments whose messages are all resolved.
+    pub fn reclaim(&self) {
+        let mut w = lock(&self.writer);
+        w.reclaim(self.slots);
+        w.publish_gauges(self.metrics.spool());
+    }
+
+    /// Starts the `spool-sync` thread.
+    pub fn spawn_sync(&'static self) -> Result<SyncThread, SpoolError> {
+        let (stop_tx, stop_rx) = bounded::<()>(1);
+        let every = if self.sync_each_batch() {
+            RECLAIM_INTERVAL
+        } else {
+            self.cfg.fsync_interval
+        };
+        let handle = std::thread::Builder::new()
+            .name("spool-sync".into())
+            .spawn(move || {
+                let ticker = tick(every);
+                let mut last_reclaim = Instant::now();
+                loop {
+                    select! {
+                        recv(stop_rx) -> _ => break,
+                        recv(ticker) -> _ => {
+                            self.sync_now();
+                            if last_reclaim.elapsed() >= RECLAIM_INTERVAL {
+                                self.reclaim();
+                                last_reclaim = Instant::now();
+                            }
+                        }
+                    }
+                }
+                self.sync_now();
+                self.reclaim();
+            })
+            .map_err(SpoolError::Thread)?;
+        Ok(SyncThread {
+            stop: stop_tx,
+            handle,
+        })
+    }
+}
+
+/// The running `spool-sync` thread.
+pub struct SyncThread {
+    stop: Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl SyncThread {
+    /// Stops it after a last sync and reclamation.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        if self.handle.join().is_err() {
+            log::error!("spool-sync thread panicked");
+        }
+    }
+}
