@@ -685,6 +685,10 @@ pub struct DoryArgs {
     pub extra_args: Vec<String>,
     /// Environment variables set for the daemon (e.g. `NOTIFY_SOCKET`).
     pub env: Vec<(String, String)>,
+    /// Soft `RLIMIT_FSIZE` for the daemon (hard limit unlimited, so the test can lift it
+    /// with [`raise_file_size_limit`]; SIGXFSZ ignored, so an oversized write or
+    /// preallocation fails with EFBIG instead of killing it): a disk that is full.
+    pub file_size_limit: Option<u64>,
 }
 
 impl DoryArgs {
@@ -698,6 +702,7 @@ impl DoryArgs {
             config_toml: None,
             extra_args: Vec::new(),
             env: Vec::new(),
+            file_size_limit: None,
         }
     }
 }
@@ -763,6 +768,24 @@ impl Dory {
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(cloexec_fds_above_stderr);
+        }
+        if let Some(limit) = args.file_size_limit {
+            // SAFETY: runs in the forked child before exec; setrlimit and signal are
+            // async-signal-safe and touch only the given integers and the local struct.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: libc::RLIM_INFINITY,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
         }
         let proc = Proc::spawn("dory", &mut cmd, dir.path());
         Dory {
@@ -2113,6 +2136,19 @@ impl Dory {
         }
         Ok(out)
     }
+}
+
+/// Lifts the soft file size limit of our child `pid` (see [`DoryArgs::file_size_limit`]):
+/// the disk has room again.
+pub fn raise_file_size_limit(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit on our own child's PID with a valid struct; the old value is not read.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_FSIZE, &lim, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", io::Error::last_os_error());
 }
 
 /// In a child about to exec: marks every descriptor above stderr close-on-exec. Only
