@@ -282,6 +282,154 @@ impl Spool {
     }
 }
 
+#[cfg(test)]
+impl Spool {
+    /// Releases the directory lock, so a test can open the same directory again.
+    fn unlock_for_test(&self) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on our own open descriptor.
+        unsafe { libc::flock(self._lock.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format::{encode_record, RecordRef};
+    use super::*;
+    use crate::report::metrics::MetricsConfig;
+    use std::collections::HashMap;
+
+    fn cfg(dir: &std::path::Path, interval_ms: u64) -> SpoolConfig {
+        SpoolConfig {
+            dir: dir.to_path_buf(),
+            fsync_interval: Duration::from_millis(interval_ms),
+            max_bytes: 4 * 65_536,
+            segment_bytes: 65_536,
+            default_spooled: true,
+            topics: HashMap::new(),
+        }
+    }
+
+    fn metrics() -> &'static Metrics {
+        Box::leak(Box::new(Metrics::new(MetricsConfig::default())))
+    }
+
+    /// Appends `n` records of 1000 value bytes, one batch; returns the holds.
+    fn append(spool: &Spool, t: TopicId, first: u32, n: u32) -> (Appended, Vec<SpoolRef>) {
+        let mut buf = Vec::new();
+        let mut keys = Vec::new();
+        for i in first..first + n {
+            let value = vec![i as u8; 1000];
+            let rec = RecordRef {
+                partition_key: None,
+                timestamp: i64::from(i),
+                topic: b"t",
+                key: &i.to_be_bytes(),
+                value: &value,
+            };
+            assert!(encode_record(&rec, &mut buf));
+            keys.push((t, i64::from(i)));
+        }
+        let mut holds = Vec::new();
+        let done = spool.append(&mut buf, &keys, &mut holds);
+        assert_eq!(holds.len(), done.written);
+        (done, holds)
+    }
+
+    fn replay_keys(spool: &'static Spool, r: recovery::Recovery) -> (Vec<u32>, Vec<SpoolRef>) {
+        let mut keys = Vec::new();
+        let mut holds = Vec::new();
+        r.replay(spool, |rec, hold| {
+            keys.push(u32::from_be_bytes(rec.key.try_into().expect("4-byte key")));
+            holds.push(hold);
+        });
+        (keys, holds)
+    }
+
+    #[test]
+    fn segments_fill_up_to_max_bytes_are_reused_when_resolved_and_replay_what_is_left() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let m = metrics();
+        let t = m.topic_id(b"t").expect("topic");
+        let (spool, r) = Spool::open(&cfg(dir.path(), 5), m).expect("open");
+        assert_eq!(replay_keys(spool, r).0.len(), 0);
+        // About 62 records of ~1040 bytes per 64 KiB segment; four segments at most.
+        let (a, first) = append(spool, t, 0, 100);
+        assert_eq!(a.written, 100);
+        let (b, mut second) = append(spool, t, 100, 200);
+        assert!(b.written < 200 && b.written > 100, "the budget stops it: {b:?}");
+        assert_eq!(m.spool_snapshot().expect("on").segments, 4);
+        spool.sync_now();
+        let s = m.spool_snapshot().expect("on");
+        assert_eq!(s.appended_records, s.synced_records);
+        assert_eq!(m.synced_point(t), None, "not marked spooled");
+        m.set_spooled(t);
+        assert_eq!(m.synced_point(t), Some(i64::from(100 + b.written as u32 - 1)));
+
+        // Resolving the first batch frees its segments (all but the one shared with the
+        // second batch); new records then fit again.
+        drop(first);
+        spool.reclaim();
+        let s = m.spool_snapshot().expect("on");
+        assert!(s.live_segments < 4, "{s:?}");
+        let (c, third) = append(spool, t, 1000, 20);
+        assert_eq!(c.written, 20);
+
+        // A crash now: everything not yet reused is replayed, in order, from the oldest
+        // segment still held (resolved records of it included: possible duplicates).
+        spool.sync_now();
+        spool.unlock_for_test();
+        let m2 = metrics();
+        let (spool2, r) = Spool::open(&cfg(dir.path(), 5), m2).expect("reopen");
+        let (keys, holds) = replay_keys(spool2, r);
+        let held: Vec<u32> = (100..100 + b.written as u32).chain(1000..1020).collect();
+        assert!(keys.ends_with(&held), "{keys:?}");
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "in order: {keys:?}");
+        assert!(keys.len() < 100 + held.len(), "reused segments are not replayed");
+        assert_eq!(m2.spool_snapshot().expect("on").corrupt_bytes, 0);
+
+        // Everything resolved and a clean stop: nothing is replayed next time.
+        drop(holds);
+        second.clear();
+        drop(third);
+        let sync = spool2.spawn_sync().expect("thread");
+        sync.stop();
+        spool2.unlock_for_test();
+        let (spool3, r) = Spool::open(&cfg(dir.path(), 5), metrics()).expect("reopen");
+        assert_eq!(r.live_count(), 0);
+        assert_eq!(replay_keys(spool3, r).0, Vec::<u32>::new());
+        spool3.unlock_for_test();
+    }
+
+    #[test]
+    fn sync_each_batch_syncs_before_returning() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let m = metrics();
+        let t = m.topic_id(b"t").expect("topic");
+        let (spool, _r) = Spool::open(&cfg(dir.path(), 0), m).expect("open");
+        assert!(spool.sync_each_batch());
+        let (a, _holds) = append(spool, t, 0, 10);
+        spool.sync_to(a.seq);
+        let s = m.spool_snapshot().expect("on");
+        assert_eq!((s.appended_records, s.synced_records), (10, 10));
+        assert_eq!(s.sync_latency.count(), 1);
+        spool.sync_to(a.seq);
+        assert_eq!(m.spool_snapshot().expect("on").sync_latency.count(), 1, "already synced");
+        spool.unlock_for_test();
+    }
+
+    #[test]
+    fn a_second_daemon_cannot_open_the_same_spool() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (spool, _r) = Spool::open(&cfg(dir.path(), 5), metrics()).expect("open");
+        assert!(matches!(
+            Spool::open(&cfg(dir.path(), 5), metrics()),
+            Err(SpoolError::Lock { .. })
+        ));
+        spool.unlock_for_test();
+    }
+}
+
 /// The running `spool-sync` thread.
 pub struct SyncThread {
     stop: Sender<()>,

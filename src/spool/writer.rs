@@ -189,6 +189,13 @@ impl Writer {
     /// Turns sealed segments whose messages are all resolved (and that were synced) into
     /// spares: a free header, so recovery skips them.
     pub(super) fn reclaim(&mut self, slots: &[AtomicU64]) {
+        // An active segment whose messages are all resolved (and synced) is retired too, so
+        // a crash does not replay what was delivered; the next append opens another.
+        if let Some(a) = &self.active {
+            if !self.active_dirty && a.used > 0 && slots[a.slot].load(Ordering::Acquire) == 0 {
+                self.sealed.extend(self.active.take());
+            }
+        }
         let mut i = 0;
         while i < self.sealed.len() {
             let l = &self.sealed[i];
