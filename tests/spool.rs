@@ -102,7 +102,10 @@ fn sigkill(dory: &mut Dory) {
     // SAFETY: kill(2) on the PID of our own child process.
     let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(rc, 0, "kill -KILL {pid}");
-    assert!(dory.wait_exit(Duration::from_secs(10)).is_some(), "dory died");
+    assert!(
+        dory.wait_exit(Duration::from_secs(10)).is_some(),
+        "dory died"
+    );
 }
 
 /// Sends messages `from..` over one UNIX stream connection, in order, at about `rate` per
@@ -157,7 +160,9 @@ fn kill_restart(fsync_ms: u64, topic: &'static str) {
     let spool_dir = tempfile::tempdir().expect("temp dir");
     let toml = config(
         spool_dir.path(),
-        &format!("fsync_interval_ms = {fsync_ms}\nsegment_bytes = 1048576\nmax_bytes = 268435456\n"),
+        &format!(
+            "fsync_interval_ms = {fsync_ms}\nsegment_bytes = 1048576\nmax_bytes = 268435456\n"
+        ),
     );
     let rtts = [
         Duration::from_millis(300),
@@ -201,7 +206,11 @@ fn kill_restart(fsync_ms: u64, topic: &'static str) {
             duplicates_counted: m.possible_duplicates(topic),
             first_id: next_id,
         };
-        assert!(run.received > 0, "round {round}: nothing received\n{}", m.text);
+        assert!(
+            run.received > 0,
+            "round {round}: nothing received\n{}",
+            m.text
+        );
         if fsync_ms == 0 {
             assert!(
                 run.synced >= run.received,
@@ -328,7 +337,10 @@ fn corrupt_truncated_and_future_segments_are_counted_and_the_rest_replayed() {
     const TOPIC: &str = "spool_corrupt";
     let mock = mock_with_slow_leader(TOPIC, 2);
     let spool_dir = tempfile::tempdir().expect("temp dir");
-    let toml = config(spool_dir.path(), "fsync_interval_ms = 0\nsegment_bytes = 1048576\n");
+    let toml = config(
+        spool_dir.path(),
+        "fsync_interval_ms = 0\nsegment_bytes = 1048576\n",
+    );
     // Nothing is acknowledged: every message stays in the spool.
     set_rtt(&mock, Duration::from_secs(60));
     let mut dory = start(&mock, &toml, None);
@@ -446,7 +458,12 @@ fn full_case(name: &str, extra_spool: &str, fsize: Option<u64>, topic: &'static 
     send_ids(&dory, topic, 5000..5500);
     dory.wait_received(&[(topic, 2500)], WAIT);
     let m = dory.wait_drained(WAIT);
-    assert_eq!(m.discarded(topic, "spool_full"), full, "room again: {}", m.text);
+    assert_eq!(
+        m.discarded(topic, "spool_full"),
+        full,
+        "room again: {}",
+        m.text
+    );
     assert_eq!(m.delivered(topic) + full, 2500);
     let status = dory.terminate(WAIT);
     assert!(status.success());

@@ -1077,6 +1077,69 @@ mod tests {
         }
     }
 
+    fn with_spool(toml: &str) -> Result<Config, ConfigError> {
+        with_section("spool", toml)
+    }
+
+    #[test]
+    fn spool_choice_per_topic_defaults_and_bounds() {
+        assert_eq!(with_spool("").expect("valid").spool, None);
+        assert_eq!(
+            with_spool("dir = \"/s\"\ndefault = \"memory\"")
+                .expect("valid")
+                .spool,
+            None,
+            "no topic spooled: no spool"
+        );
+        let c = with_spool("dir = \"/s\"\n[spool.topics]\npayments = \"spool\"\nlogs = \"memory\"")
+            .expect("valid")
+            .spool
+            .expect("a topic is spooled");
+        assert_eq!(c.fsync_interval, Duration::from_millis(5));
+        assert_eq!((c.max_bytes, c.segment_bytes), (4 << 30, 64 << 20));
+        assert!(c.spooled(b"payments") && !c.spooled(b"logs") && !c.spooled(b"other"));
+        let c = with_spool("dir = \"/s\"\ndefault = \"spool\"\nfsync_interval_ms = 0\n[spool.topics]\nlogs = \"memory\"")
+            .expect("valid")
+            .spool
+            .expect("spooled by default");
+        assert!(c.fsync_interval.is_zero());
+        assert!(c.spooled(b"other") && !c.spooled(b"logs"));
+        for (bad, key) in [
+            ("default = \"spool\"", "spool.dir"),
+            ("dir = \"s\"\ndefault = \"spool\"", "spool.dir"),
+            ("dir = \"/s\"\ndefault = \"disk\"", "spool.default"),
+            ("dir = \"/s\"\n[spool.topics]\nt = \"yes\"", "spool.topics"),
+            (
+                "dir = \"/s\"\ndefault = \"spool\"\nfsync_interval_ms = 10001",
+                "spool.fsync_interval_ms",
+            ),
+            (
+                "dir = \"/s\"\ndefault = \"spool\"\nsegment_bytes = 1000",
+                "spool.segment_bytes",
+            ),
+            (
+                "dir = \"/s\"\ndefault = \"spool\"\nsegment_bytes = \"1m\"",
+                "spool.segment_bytes",
+            ),
+            (
+                "dir = \"/s\"\ndefault = \"spool\"\nmax_bytes = \"100m\"",
+                "spool.max_bytes",
+            ),
+        ] {
+            let e = with_spool(bad).unwrap_err();
+            assert!(e.to_string().contains(key), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn spool_record_overhead_bounds_the_format() {
+        // The config's bound holds the segment header, a record header, the fixed fields
+        // and the longest topic a client can send.
+        use crate::spool::format::{BODY_FIXED_LEN, HEADER_LEN, RECORD_HEADER_LEN};
+        let exact = HEADER_LEN + RECORD_HEADER_LEN + BODY_FIXED_LEN + i16::MAX as usize;
+        assert!(exact as u64 <= SPOOL_RECORD_OVERHEAD);
+    }
+
     #[test]
     fn sample_config_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/dory.toml");

@@ -217,7 +217,7 @@ pub fn read_record(buf: &[u8], segment_id: u64) -> Result<Read<'_>, FormatError>
         return Ok(Read::End);
     }
     let left = buf.len() - RECORD_HEADER_LEN;
-    if body_len > left || body_len > MAX_BODY_LEN || body_len < BODY_FIXED_LEN {
+    if body_len > left || !(BODY_FIXED_LEN..=MAX_BODY_LEN).contains(&body_len) {
         return Err(FormatError::BadLength {
             len: body_len,
             left,

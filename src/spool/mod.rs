@@ -282,6 +282,22 @@ impl Spool {
     }
 }
 
+/// The running `spool-sync` thread.
+pub struct SyncThread {
+    stop: Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl SyncThread {
+    /// Stops it after a last sync and reclamation.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        if self.handle.join().is_err() {
+            log::error!("spool-sync thread panicked");
+        }
+    }
+}
+
 #[cfg(test)]
 impl Spool {
     /// Releases the directory lock, so a test can open the same directory again.
@@ -357,14 +373,20 @@ mod tests {
         let (a, first) = append(spool, t, 0, 100);
         assert_eq!(a.written, 100);
         let (b, mut second) = append(spool, t, 100, 200);
-        assert!(b.written < 200 && b.written > 100, "the budget stops it: {b:?}");
+        assert!(
+            b.written < 200 && b.written > 100,
+            "the budget stops it: {b:?}"
+        );
         assert_eq!(m.spool_snapshot().expect("on").segments, 4);
         spool.sync_now();
         let s = m.spool_snapshot().expect("on");
         assert_eq!(s.appended_records, s.synced_records);
         assert_eq!(m.synced_point(t), None, "not marked spooled");
         m.set_spooled(t);
-        assert_eq!(m.synced_point(t), Some(i64::from(100 + b.written as u32 - 1)));
+        assert_eq!(
+            m.synced_point(t),
+            Some(i64::from(100 + b.written as u32 - 1))
+        );
 
         // Resolving the first batch frees its segments (all but the one shared with the
         // second batch); new records then fit again.
@@ -385,7 +407,10 @@ mod tests {
         let held: Vec<u32> = (100..100 + b.written as u32).chain(1000..1020).collect();
         assert!(keys.ends_with(&held), "{keys:?}");
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "in order: {keys:?}");
-        assert!(keys.len() < 100 + held.len(), "reused segments are not replayed");
+        assert!(
+            keys.len() < 100 + held.len(),
+            "reused segments are not replayed"
+        );
         assert_eq!(m2.spool_snapshot().expect("on").corrupt_bytes, 0);
 
         // Everything resolved and a clean stop: nothing is replayed next time.
@@ -414,7 +439,11 @@ mod tests {
         assert_eq!((s.appended_records, s.synced_records), (10, 10));
         assert_eq!(s.sync_latency.count(), 1);
         spool.sync_to(a.seq);
-        assert_eq!(m.spool_snapshot().expect("on").sync_latency.count(), 1, "already synced");
+        assert_eq!(
+            m.spool_snapshot().expect("on").sync_latency.count(),
+            1,
+            "already synced"
+        );
         spool.unlock_for_test();
     }
 
@@ -427,21 +456,5 @@ mod tests {
             Err(SpoolError::Lock { .. })
         ));
         spool.unlock_for_test();
-    }
-}
-
-/// The running `spool-sync` thread.
-pub struct SyncThread {
-    stop: Sender<()>,
-    handle: std::thread::JoinHandle<()>,
-}
-
-impl SyncThread {
-    /// Stops it after a last sync and reclamation.
-    pub fn stop(self) {
-        let _ = self.stop.send(());
-        if self.handle.join().is_err() {
-            log::error!("spool-sync thread panicked");
-        }
     }
 }

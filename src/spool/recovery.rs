@@ -12,7 +12,7 @@
 //! message counts as a possible duplicate. The duplicates are bounded: a segment is
 //! reused (and its records no longer replayed) as soon as all its messages are resolved.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use super::format::{scan, FormatError, RecordRef, Scan, SegmentHeader, FREE_SEGMENT, HEADER_LEN};
 use super::segment::{self, SegmentFile};
@@ -187,7 +187,7 @@ impl Recovery {
 }
 
 /// Moves an unreadable file aside, counted and logged.
-fn set_aside(metrics: &Metrics, path: &PathBuf, len: u64, e: &FormatError) {
+fn set_aside(metrics: &Metrics, path: &Path, len: u64, e: &FormatError) {
     let stats = metrics.spool();
     SpoolStats::add(&stats.unreadable_segments, 1);
     if !matches!(e, FormatError::FutureVersion(_)) {

@@ -72,7 +72,7 @@ impl SegmentFile {
 
     /// Zeroes `len` bytes of the record area from `offset` (truncating a torn tail).
     pub fn zero(&self, offset: u64, len: u64) -> io::Result<()> {
-        const ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(ZEROS.len() as u64) as usize;

@@ -153,10 +153,7 @@ impl Writer {
                 let n = self.next_file;
                 self.next_file += 1;
                 SegmentFile::create(&self.dir, n, self.segment_bytes)
-                    .map(|s| {
-                        self.files += 1;
-                        s
-                    })
+                    .inspect(|_| self.files += 1)
                     .map_err(AppendError::Create)
             }
             None => Err(AppendError::Full(self.files)),
