@@ -18,8 +18,10 @@
 //! the role owns, which channels it reads and writes, and what it must never import.
 //!
 //! Modules in reading order: [`cli`] and [`config`] (flags and TOML → validated settings),
-//! [`daemon`] (the supervisor) and [`notify`] (its systemd notifications), [`pipeline`] (every type that crosses a channel),
-//! [`pool`], [`input`], [`route`], [`deliver`], [`report`], the pure Kafka codec in
+//! [`daemon`] (the supervisor) and [`notify`] (its systemd notifications), [`pipeline`]
+//! (every type that crosses a channel), [`pool`], [`input`], [`route`], [`deliver`],
+//! [`report`], the durable [`spool`] (a per-topic write-ahead log and its `spool-sync`
+//! thread), the pure Kafka codec in
 //! [`kafka`], and [`send`] (the `dory send` client). [`fasthash`] is a hashing utility the
 //! inputs and the router share.
 

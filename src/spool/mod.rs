@@ -16,7 +16,7 @@
 //!
 //! Channels: none with the pipeline; the sync thread has a stop channel from the supervisor.
 //!
-//! Imports: settings, the pipeline's [`crate::report::metrics`] (to count), nothing of
+//! Imports: settings and [`crate::report::metrics`] (to count), nothing of
 //! [`crate::input`], [`crate::route`], [`crate::deliver`] or [`crate::kafka`]: the spool
 //! knows files and records, not where messages go.
 
