@@ -93,6 +93,8 @@ pub(super) struct Writer {
     dirty: Vec<Arc<SegmentFile>>,
     active_dirty: bool,
     window: Window,
+    /// The window handed back by the last sync, reused so appends do not allocate.
+    spare_window: Window,
     /// Per topic: the largest key synced so far.
     synced_max: Vec<(TopicId, i64)>,
 }
@@ -119,6 +121,7 @@ impl Writer {
             dirty: Vec::new(),
             active_dirty: false,
             window: Window::default(),
+            spare_window: Window::default(),
             synced_max: Vec::new(),
         }
     }
@@ -331,11 +334,16 @@ impl Writer {
             }
             self.active_dirty = false;
         }
-        Some((files, self.written, std::mem::take(&mut self.window)))
+        let spare = std::mem::take(&mut self.spare_window);
+        Some((
+            files,
+            self.written,
+            std::mem::replace(&mut self.window, spare),
+        ))
     }
 
     /// Ends a group commit: the window's records are on disk.
-    pub(super) fn end_sync(&mut self, synced: Window, metrics: &Metrics) {
+    pub(super) fn end_sync(&mut self, mut synced: Window, metrics: &Metrics) {
         let mut records = 0;
         for &(t, _, max, n) in &synced.topics {
             records += n;
@@ -348,6 +356,8 @@ impl Writer {
             metrics.set_synced_point(t, self.point(t));
         }
         SpoolStats::add(&metrics.spool().synced_records, records);
+        synced.topics.clear();
+        self.spare_window = synced;
     }
 
     /// A sync failed: its segments are dirty again (their data may not be on disk).

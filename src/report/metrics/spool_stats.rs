@@ -147,3 +147,62 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::MetricsConfig;
+    use super::*;
+    use crate::pipeline::Msg;
+    use crate::pool::Pool;
+
+    #[test]
+    fn a_spooled_topics_commit_point_is_capped_by_its_synced_point() {
+        let pool = Pool::new_static(1 << 16).expect("pool");
+        let m = Metrics::new(MetricsConfig::default());
+        let (a, b) = (m.topic_id(b"a").expect("id"), m.topic_id(b"b").expect("id"));
+        let now = Instant::now();
+        for t in [a, b] {
+            let batch: Vec<Msg> = (100..110)
+                .map(|ts| Msg::for_test(pool, t, ts, 1, now))
+                .collect();
+            m.track_received(t, batch.iter());
+            m.track_delivered(t, &batch, now);
+        }
+        // Not spooled: a synced point is ignored.
+        m.set_synced_point(a, 104);
+        assert_eq!(m.synced_point(a), None);
+        let p = m.commit_points(now).expect("on");
+        assert_eq!(
+            (p.topics[0].commit_point, p.overall),
+            (Some(109), Some(109))
+        );
+        m.set_spooled(a);
+        assert_eq!(m.synced_point(a), Some(104));
+        let p = m.commit_points(now).expect("on");
+        assert_eq!(
+            p.topics[0].commit_point,
+            Some(104),
+            "acknowledged, not yet synced"
+        );
+        assert_eq!(
+            p.topics[1].commit_point,
+            Some(109),
+            "topic b is not spooled"
+        );
+        assert_eq!(p.overall, Some(104));
+        m.set_synced_point(a, 200);
+        let p = m.commit_points(now).expect("on");
+        assert_eq!(p.topics[0].commit_point, Some(109), "synced beyond: no cap");
+        assert_eq!(
+            m.spool_snapshot().map(|s| s.bytes),
+            None,
+            "no spool configured"
+        );
+        m.enable_spool();
+        m.recovered(a, 3);
+        assert_eq!(m.spool_snapshot().map(|s| s.recovered), Some(3));
+        assert_eq!(m.spool_topics()[0].1, 3);
+    }
+}

@@ -296,7 +296,9 @@ fn index_html() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::metrics::{DiscardReason, Health, MetricsConfig, QueueState, NO_TOPIC};
+    use crate::report::metrics::{
+        DiscardReason, Health, MetricsConfig, QueueState, SpoolStats, NO_TOPIC,
+    };
     use std::io::{Read, Write};
     use std::net::TcpStream;
 
@@ -403,6 +405,52 @@ mod tests {
                 "commit points are off (commit_points.enable = false)\n"
             )
         );
+    }
+
+    #[test]
+    fn spool_pages_and_families_only_with_a_spool() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        assert_eq!(handle(&m, &c, "GET", "/spool/json", now).status, 404);
+        assert!(!handle(&m, &c, "GET", "/metrics", now)
+            .body
+            .contains("dory_spool_"));
+        m.enable_spool();
+        let t = m.topic_id(b"payments").expect("id");
+        m.set_spooled(t);
+        m.set_synced_point(t, 1_700_000_000_123);
+        m.recovered(t, 7);
+        SpoolStats::add(&m.spool().corrupt_bytes, 42);
+        m.spool().synced(Duration::from_micros(700));
+        let r = handle(&m, &c, "GET", "/spool/json", now);
+        assert_eq!((r.status, r.content_type), (200, JSON));
+        let v: serde_json::Value = serde_json::from_str(&r.body).expect("json");
+        assert_eq!(v["corrupt_bytes"], 42);
+        assert_eq!(v["syncs"], 1);
+        assert_eq!(v["topics"][0]["topic"], "payments");
+        assert_eq!(v["topics"][0]["synced_point"], 1_700_000_000_123i64);
+        assert_eq!(v["topics"][0]["recovered"], 7);
+        let r = handle(&m, &c, "GET", "/spool/plain", now);
+        assert!(r.body.contains("corrupt_bytes: 42"), "{}", r.body);
+        assert!(
+            r.body.contains("recovered:          7  topic: [payments]"),
+            "{}",
+            r.body
+        );
+        let p = handle(&m, &c, "GET", "/metrics", now).body;
+        for line in [
+            "dory_spool_corrupt_bytes_total 42",
+            "dory_spool_recovered_total{topic=\"payments\"} 7",
+            "dory_spool_synced_point_timestamp_seconds{topic=\"payments\"} 1700000000.123",
+            "dory_spool_sync_seconds_bucket{le=\"0.001\"} 1",
+            "dory_spool_sync_seconds_count 1",
+        ] {
+            assert!(p.contains(line), "{line} missing:\n{p}");
+        }
+        assert!(handle(&m, &c, "GET", "/", now)
+            .body
+            .contains("href=\"/spool/json\""));
     }
 
     #[test]
