@@ -232,7 +232,8 @@ fn kill_restart(fsync_ms: u64, topic: &'static str) {
     assert_eq!(m.received(topic), recovered, "no new input in the last run");
     assert_eq!(m.discarded_total(topic), 0, "{}", m.text);
     let final_dups = m.possible_duplicates(topic);
-    // Every segment is reused once everything is delivered: only the active one is live.
+    // Every recovered segment is reused once everything is delivered: only the active one
+    // (opened at start, empty: nothing new came in) is live.
     poll_until("resolved segments reused", WAIT, || {
         let s = spool_json(&dory);
         if s["live_segments"] == 1 {
