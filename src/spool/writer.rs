@@ -200,17 +200,23 @@ impl Writer {
         while i < self.sealed.len() {
             let l = &self.sealed[i];
             let synced = !self.dirty.iter().any(|d| Arc::ptr_eq(d, &l.seg));
-            if !synced || slots[l.slot].load(Ordering::Acquire) != 0 {
+            // A sync in progress holds the file too: wait for it to end.
+            let shared = Arc::strong_count(&l.seg) > 1;
+            if !synced || shared || slots[l.slot].load(Ordering::Acquire) != 0 {
                 i += 1;
                 continue;
             }
-            let l = self.sealed.swap_remove(i);
-            self.free_slots.push(l.slot);
-            // Only the writer holds a segment once its messages are resolved.
-            let seg = match Arc::try_unwrap(l.seg) {
+            let Live { id, slot, seg, used } = self.sealed.swap_remove(i);
+            // Not shared (checked above, and clones are only made under this lock).
+            let seg = match Arc::try_unwrap(seg) {
                 Ok(s) => s,
-                Err(_) => continue,
+                Err(seg) => {
+                    self.sealed.push(Live { id, slot, seg, used });
+                    i += 1;
+                    continue;
+                }
             };
+            self.free_slots.push(slot);
             let freed = seg.write_header(FREE_SEGMENT, self.segment_bytes);
             let full_size = seg.file.metadata().map(|m| m.len()).ok() == Some(self.segment_bytes);
             if freed.is_err() || !full_size || self.spares.len() >= MAX_SPARES {
