@@ -40,6 +40,10 @@ pub use writer::{AppendError, Appended};
 /// (`fsync_interval_ms = 0`: inputs sync themselves).
 const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long the `spool-sync` thread may go without a heartbeat (an `fdatasync` can take
+/// long on a busy disk) before the watchdog counts it as stuck.
+const SYNC_QUIET_MAX: Duration = Duration::from_secs(120);
+
 /// Errors opening the spool: fatal at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
@@ -257,12 +261,19 @@ impl Spool {
         let handle = std::thread::Builder::new()
             .name("spool-sync".into())
             .spawn(move || {
+                // A sync blocks on the disk: allow it a long quiet time before the watchdog
+                // calls the thread stuck.
+                let heartbeat = self
+                    .metrics
+                    .liveness()
+                    .register("spool-sync", SYNC_QUIET_MAX);
                 let ticker = tick(every);
                 let mut last_reclaim = Instant::now();
                 loop {
                     select! {
                         recv(stop_rx) -> _ => break,
                         recv(ticker) -> _ => {
+                            heartbeat.beat();
                             self.sync_now();
                             if last_reclaim.elapsed() >= RECLAIM_INTERVAL {
                                 self.reclaim();
