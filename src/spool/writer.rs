@@ -206,12 +206,22 @@ impl Writer {
                 i += 1;
                 continue;
             }
-            let Live { id, slot, seg, used } = self.sealed.swap_remove(i);
+            let Live {
+                id,
+                slot,
+                seg,
+                used,
+            } = self.sealed.swap_remove(i);
             // Not shared (checked above, and clones are only made under this lock).
             let seg = match Arc::try_unwrap(seg) {
                 Ok(s) => s,
                 Err(seg) => {
-                    self.sealed.push(Live { id, slot, seg, used });
+                    self.sealed.push(Live {
+                        id,
+                        slot,
+                        seg,
+                        used,
+                    });
                     i += 1;
                     continue;
                 }
