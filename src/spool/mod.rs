@@ -2,7 +2,7 @@
 //! loses none of them and a machine crash only those inside the fsync window.
 //!
 //! Owns: the spool directory (an exclusive `lock` file and fixed-size, preallocated
-//! segment files, see `segment.rs` and the format in [`format`]), the writer state behind
+//! segment files, see `segment.rs` and the format in [`format`](mod@format)), the writer state behind
 //! one mutex (`writer.rs`), each segment's count of unresolved messages, and the
 //! `spool-sync` thread (group commit every `spool.fsync_interval_ms`, reclamation of
 //! resolved segments). Recovery at start is in `recovery.rs`.
