@@ -214,6 +214,24 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             .map_or(String::new(), |p| format!(" tcp 127.0.0.1:{p}")),
     );
 
+    let sec = &cfg.kafka.security_summary;
+    log::info!(
+        "broker connections: {}{}",
+        match (sec.tls, sec.mutual_tls) {
+            (false, _) => "plaintext",
+            (true, false) => "TLS",
+            (true, true) => "TLS with a client certificate",
+        },
+        cfg.kafka
+            .security
+            .sasl
+            .as_ref()
+            .map_or(String::new(), |c| format!(
+                ", SASL {} as user {:?}",
+                c.mechanism.name(),
+                c.username
+            )),
+    );
     let fetcher = crate::route::fetcher::spawn(&cfg, metrics, from_router_meta, to_router_meta)
         .map_err(DaemonError::Thread)?;
     let (router_done_tx, router_done) = bounded::<()>(1);
