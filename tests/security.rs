@@ -60,7 +60,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------------
 
 /// A CA, a broker certificate it signed (for `localhost` and 127.0.0.1), a client
-/// certificate it signed, and an unrelated CA, as PEM files.
+/// certificate it signed, and an unrelated CA with a broker certificate of its own, as PEM
+/// files.
 struct Pki {
     dir: TempDir,
 }
@@ -78,28 +79,32 @@ impl Pki {
             (cert, key)
         };
         let (ca_cert, ca_key) = ca("dory test CA");
-        let (rogue_cert, _) = ca("somebody else's CA");
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let (rogue_cert, rogue_key) = ca("somebody else's CA");
+        let leaf = |names: &[&str],
+                    usage: ExtendedKeyUsagePurpose,
+                    by: &rcgen::Certificate,
+                    by_key: &KeyPair| {
             let key = KeyPair::generate().expect("leaf key");
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             let mut p = CertificateParams::new(names).expect("leaf params");
             p.distinguished_name.push(DnType::CommonName, "dory test");
             p.extended_key_usages = vec![usage];
-            let cert = p.signed_by(&key, &ca_cert, &ca_key).expect("sign leaf");
+            let cert = p.signed_by(&key, by, by_key).expect("sign leaf");
             (cert.pem(), key.serialize_pem())
         };
-        let (server, server_key) = leaf(
-            vec!["localhost".into(), "127.0.0.1".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client, client_key) = leaf(
-            vec!["dory-client".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
+        let broker = ["localhost", "127.0.0.1"];
+        let server = ExtendedKeyUsagePurpose::ServerAuth;
+        let (server_pem, server_key) = leaf(&broker, server.clone(), &ca_cert, &ca_key);
+        let (rogue_pem, rogue_server_key) = leaf(&broker, server, &rogue_cert, &rogue_key);
+        let client = ExtendedKeyUsagePurpose::ClientAuth;
+        let (client, client_key) = leaf(&["dory-client"], client, &ca_cert, &ca_key);
         for (name, pem) in [
             ("ca.pem", ca_cert.pem()),
             ("rogue-ca.pem", rogue_cert.pem()),
-            ("server.pem", server),
+            ("server.pem", server_pem),
             ("server.key", server_key),
+            ("rogue-server.pem", rogue_pem),
+            ("rogue-server.key", rogue_server_key),
             ("client.pem", client),
             ("client.key", client_key),
         ] {
@@ -134,14 +139,20 @@ fn stunnel_bin() -> &'static str {
 
 impl Stunnel {
     fn start(pki: &Pki, routes: &[(u16, u16)], require_client_cert: bool) -> Stunnel {
+        let routes: Vec<(u16, u16, &str)> = routes.iter().map(|&(a, c)| (a, c, "server")).collect();
+        Stunnel::start_with(pki, &routes, require_client_cert)
+    }
+
+    /// Routes `(accept, connect, cert)`: `cert` names the PEM pair (`server`, `rogue-server`).
+    fn start_with(pki: &Pki, routes: &[(u16, u16, &str)], require_client_cert: bool) -> Stunnel {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut conf = String::from("foreground = yes\npid =\ndebug = notice\n");
-        for (i, (accept, connect)) in routes.iter().enumerate() {
+        for (i, (accept, connect, cert)) in routes.iter().enumerate() {
             conf += &format!(
                 "[broker{i}]\naccept = 127.0.0.1:{accept}\nconnect = 127.0.0.1:{connect}\n\
                  cert = {}\nkey = {}\n",
-                pki.path("server.pem").display(),
-                pki.path("server.key").display()
+                pki.path(&format!("{cert}.pem")).display(),
+                pki.path(&format!("{cert}.key")).display()
             );
             if require_client_cert {
                 conf += &format!(
@@ -157,7 +168,7 @@ impl Stunnel {
             Command::new(stunnel_bin()).arg(&path),
             dir.path(),
         );
-        for (accept, _) in routes {
+        for (accept, _, _) in routes {
             if let Err(e) = wait_for_port(*accept, Duration::from_secs(20), Some(&mut proc)) {
                 panic!("stunnel did not start: {e}\n{}", proc.logs());
             }
@@ -708,54 +719,50 @@ fn refused(dory_toml: String, bootstrap: &str, kind: &str, log_needle: &str) {
     assert!(dory.terminate(TIMEOUT).success());
 }
 
+/// dory with `sasl` and trusting `ca` against Tansu behind `auth`: refused, as `refused`
+/// checks, with log lines starting `what` and the broker's address.
+fn refused_by(auth: Auth<'_>, ca: &str, sasl: (Mechanism, &str, &str), kind: &str, what: &str) {
+    let pki = Pki::new();
+    let broker = SecureTansu::start(&pki, auth, false);
+    let bootstrap = broker.bootstrap();
+    refused(
+        dory_toml(&pki, ca, Some(sasl), false),
+        &bootstrap,
+        kind,
+        &format!("{what} {bootstrap}"),
+    );
+}
+
 #[test]
 fn wrong_password_fails_cleanly() {
-    let pki = Pki::new();
-    let broker = SecureTansu::start(&pki, Auth::Gate(&[("alice", "the right one")]), false);
-    refused(
-        dory_toml(
-            &pki,
-            "ca.pem",
-            Some((Mechanism::ScramSha256, "alice", "a wrong one")),
-            false,
-        ),
-        &broker.bootstrap(),
+    refused_by(
+        Auth::Gate(&[("alice", "the right one")]),
+        "ca.pem",
+        (Mechanism::ScramSha256, "alice", "a wrong one"),
         "auth",
-        &format!("cannot authenticate to broker {}", broker.bootstrap()),
+        "cannot authenticate to broker",
     );
 }
 
 #[test]
 fn tansu_refusing_authentication_fails_cleanly() {
-    let pki = Pki::new();
-    let broker = SecureTansu::start(&pki, Auth::Tansu, false);
-    refused(
-        dory_toml(
-            &pki,
-            "ca.pem",
-            Some((Mechanism::ScramSha512, "alice", "any")),
-            false,
-        ),
-        &broker.bootstrap(),
+    refused_by(
+        Auth::Tansu,
+        "ca.pem",
+        (Mechanism::ScramSha512, "alice", "any"),
         "auth",
-        &format!("cannot authenticate to broker {}", broker.bootstrap()),
+        "cannot authenticate to broker",
     );
 }
 
 #[test]
 fn untrusted_certificate_fails_cleanly() {
-    let pki = Pki::new();
-    let broker = SecureTansu::start(&pki, Auth::Gate(&[("alice", "pw")]), false);
-    refused(
-        dory_toml(
-            &pki,
-            "rogue-ca.pem",
-            Some((Mechanism::Plain, "alice", "pw")),
-            false,
-        ),
-        &broker.bootstrap(),
+    refused_by(
+        Auth::Gate(&[("alice", "pw")]),
+        "rogue-ca.pem",
+        (Mechanism::Plain, "alice", "pw"),
         "tls",
-        &format!("no TLS connection to broker {}", broker.bootstrap()),
+        "no TLS connection to broker",
     );
 }
 
@@ -763,85 +770,163 @@ fn untrusted_certificate_fails_cleanly() {
 // Three mock brokers behind stunnel
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn multi_broker_tls_through_stunnel() {
-    use rdkafka::bindings as rd;
-    let pki = Pki::new();
-    // A mock cluster owned by a client handle, so its C handle is reachable: the harness's
-    // `Mock` does not expose it, and the mock must be told to advertise stunnel's ports.
-    let owner: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "3")
-        .create()
-        .expect("mock cluster");
-    // SAFETY: `owner` is a live client created with test.mock.num.brokers, so it has a
-    // mock cluster, valid for as long as `owner` lives (to the end of this test); the
-    // strings passed are NUL-terminated and copied by librdkafka.
-    let cluster = unsafe { rd::rd_kafka_handle_mock_cluster(owner.client().native_ptr()) };
-    assert!(!cluster.is_null());
-    // SAFETY: as above; the returned string is owned by the cluster and copied at once.
-    let plain = unsafe { std::ffi::CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(cluster)) }
-        .to_string_lossy()
-        .into_owned();
-    let plain_ports: Vec<u16> = plain
-        .split(',')
-        .map(|a| {
-            a.rsplit_once(':')
-                .and_then(|(_, p)| p.parse().ok())
-                .expect("host:port")
-        })
-        .collect();
-    assert_eq!(plain_ports.len(), 3, "{plain}");
-    let tls_ports: Vec<u16> = plain_ports.iter().map(|_| free_port()).collect();
-    let routes: Vec<(u16, u16)> = tls_ports
-        .iter()
-        .copied()
-        .zip(plain_ports.iter().copied())
-        .collect();
-    let stunnel = Stunnel::start(&pki, &routes, false);
-    let host = std::ffi::CString::new("127.0.0.1").expect("no NUL");
-    let topic = "tls-multi";
-    let topic_c = std::ffi::CString::new(topic).expect("no NUL");
-    // SAFETY: see above.
-    unsafe {
-        for (i, port) in tls_ports.iter().enumerate() {
-            rd::rd_kafka_mock_broker_set_host_port(
-                cluster,
-                i as i32 + 1,
-                host.as_ptr(),
-                i32::from(*port),
-            );
+/// Three mock brokers, broker i+1 reachable over TLS only at `tls_ports[i]` (stunnel) and
+/// advertising it, with topic `topic` of 6 partitions, partition p led by broker p % 3 + 1.
+/// Broker `rogue` (if any) shows a certificate from a CA dory does not trust.
+struct MockTls {
+    stunnel: Stunnel,
+    tls_ports: Vec<u16>,
+    // Dropped last: the cluster lives as long as this client.
+    _owner: BaseProducer,
+}
+
+impl MockTls {
+    fn start(pki: &Pki, topic: &str, rogue: Option<usize>) -> MockTls {
+        use rdkafka::bindings as rd;
+        // A mock cluster owned by a client handle, so its C handle is reachable: the
+        // harness's `Mock` does not expose it, and the mock must advertise stunnel's ports.
+        let owner: BaseProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", "3")
+            .create()
+            .expect("mock cluster");
+        // SAFETY: `owner` is a live client created with test.mock.num.brokers, so it has a
+        // mock cluster, valid as long as `owner` (kept in the returned value).
+        let cluster = unsafe { rd::rd_kafka_handle_mock_cluster(owner.client().native_ptr()) };
+        assert!(!cluster.is_null());
+        // SAFETY: as above; the string is owned by the cluster and copied at once.
+        let plain =
+            unsafe { std::ffi::CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(cluster)) }
+                .to_string_lossy()
+                .into_owned();
+        let plain_ports: Vec<u16> = plain
+            .split(',')
+            .map(|a| {
+                a.rsplit_once(':')
+                    .and_then(|(_, p)| p.parse().ok())
+                    .expect("host:port")
+            })
+            .collect();
+        assert_eq!(plain_ports.len(), 3, "{plain}");
+        let tls_ports: Vec<u16> = plain_ports.iter().map(|_| free_port()).collect();
+        let routes: Vec<(u16, u16, &str)> = (0..3)
+            .map(|i| {
+                let cert = if rogue == Some(i) {
+                    "rogue-server"
+                } else {
+                    "server"
+                };
+                (tls_ports[i], plain_ports[i], cert)
+            })
+            .collect();
+        let stunnel = Stunnel::start_with(pki, &routes, false);
+        let host = std::ffi::CString::new("127.0.0.1").expect("no NUL");
+        let topic_c = std::ffi::CString::new(topic).expect("no NUL");
+        // SAFETY: as above; the strings are NUL-terminated and copied by librdkafka.
+        unsafe {
+            for (i, port) in tls_ports.iter().enumerate() {
+                rd::rd_kafka_mock_broker_set_host_port(
+                    cluster,
+                    i as i32 + 1,
+                    host.as_ptr(),
+                    i32::from(*port),
+                );
+            }
+            let err = rd::rd_kafka_mock_topic_create(cluster, topic_c.as_ptr(), 6, 3);
+            assert_eq!(err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+            for p in 0..6 {
+                rd::rd_kafka_mock_partition_set_leader(cluster, topic_c.as_ptr(), p, p % 3 + 1);
+            }
         }
-        let err = rd::rd_kafka_mock_topic_create(cluster, topic_c.as_ptr(), 6, 3);
-        assert_eq!(err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
-        for p in 0..6 {
-            rd::rd_kafka_mock_partition_set_leader(cluster, topic_c.as_ptr(), p, p % 3 + 1);
+        MockTls {
+            stunnel,
+            tls_ports,
+            _owner: owner,
         }
     }
-    let bootstrap = format!("127.0.0.1:{}", tls_ports[0]);
-    let mut args = DoryArgs::new([bootstrap.clone()]);
-    // Checked against the name, not the IP: the certificate lists both.
-    args.config_toml =
-        Some(dory_toml(&pki, "ca.pem", None, false) + "server_name = \"localhost\"\n");
-    let mut dory = Dory::start(args);
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.tls_ports[0])
+    }
+
+    fn dory(&self, pki: &Pki) -> Dory {
+        let mut args = DoryArgs::new([self.bootstrap()]);
+        // Checked against the name, not the IP: the certificate lists both.
+        args.config_toml =
+            Some(dory_toml(pki, "ca.pem", None, false) + "server_name = \"localhost\"\n");
+        Dory::start(args)
+    }
+}
+
+#[test]
+fn multi_broker_tls_through_stunnel() {
+    let pki = Pki::new();
+    let topic = "tls-multi";
+    let mock = MockTls::start(&pki, topic, None);
+    let mut dory = mock.dory(&pki);
     dory.wait_ready();
     // Every partition, so every broker, gets messages.
     let sent = send_to(&dory, topic, N, "m", Some(6));
     let m = dory.wait_drained(TIMEOUT);
     assert_eq!(m.delivered(topic), N as u64, "{}", dory.logs());
-    let used = stunnel.services_used();
-    assert_eq!(
-        used.len(),
-        3,
-        "TLS connections to every broker expected: {used:?}"
-    );
-    let mut got = consume_secure(&rdkafka_config(&bootstrap, &pki, None, false), topic, N);
+    let used = mock.stunnel.services_used();
+    assert_eq!(used.len(), 3, "TLS to every broker expected: {used:?}");
+    let config = rdkafka_config(&mock.bootstrap(), &pki, None, false);
+    let mut got = consume_secure(&config, topic, N);
     got.sort();
     let mut want = sent;
     want.sort();
     assert_eq!(got, want);
-    println!("3 mock brokers behind stunnel: dory delivered {N} over TLS to 6 partitions, librdkafka read back {}", got.len());
+    println!(
+        "3 mock brokers behind stunnel: dory delivered {N} over TLS to 6 partitions, \
+         librdkafka read back {}",
+        got.len()
+    );
     assert!(dory.terminate(TIMEOUT).success());
-    drop(owner);
+}
+
+/// One broker of three shows an untrusted certificate: its dispatcher logs and counts the
+/// refusal, the other brokers deliver, `/health` stays 200 (brokers are usable), and the
+/// messages for the refusing broker's partitions wait, then end as counted discards.
+#[test]
+fn one_untrusted_broker_is_refused_by_its_dispatcher() {
+    let pki = Pki::new();
+    let topic = "tls-one-rogue";
+    let mock = MockTls::start(&pki, topic, Some(1));
+    let mut dory = mock.dory(&pki);
+    dory.wait_ready();
+    send_to(&dory, topic, 60, "r", Some(6));
+    let needle = format!(
+        "no TLS connection to broker 2 (127.0.0.1:{})",
+        mock.tls_ports[1]
+    );
+    let line = poll_until("the dispatcher's log line", TIMEOUT, || {
+        dory.logs()
+            .lines()
+            .find(|l| l.contains(&needle))
+            .map(str::to_owned)
+            .ok_or_else(|| "not yet".to_string())
+    });
+    // Partitions 0, 2, 3, 5 are led by brokers 1 and 3.
+    dory.wait_metrics("the other brokers' messages delivered", TIMEOUT, |m| {
+        if m.delivered(topic) == 40 {
+            Ok(())
+        } else {
+            Err(format!("delivered {}", m.delivered(topic)))
+        }
+    });
+    let errors = connection_errors(&dory);
+    assert!(errors["tls"] > 0, "{errors:?}");
+    let (code, health) = dory.http_get("/health");
+    assert_eq!(code, 200, "{health}");
+    println!("one rogue broker of three:\n  log: {line}\n  /health: {code} {}\n  dory_broker_connection_errors_total: {errors:?}", health.trim_end());
+    let m = dory.assert_invariant();
+    assert_eq!(m.in_flight(topic), 20, "broker 2's partitions wait");
+    assert!(dory.terminate(TIMEOUT).success());
+    let logs = dory.logs();
+    assert!(
+        logs.contains("received 60, delivered 40, discarded [shutdown=20]"),
+        "{logs}"
+    );
 }
 
 #[test]

@@ -840,16 +840,19 @@ mod tests {
         b
     }
 
+    fn plain(host: &str, port: u16, timeout_s: u64) -> Result<Connection, ConnError> {
+        Connection::connect(
+            host,
+            port,
+            Duration::from_secs(timeout_s),
+            &Security::default(),
+        )
+    }
+
     #[test]
     fn handshake_at_v3() {
         let (addr, broker) = fake_broker(vec![v3_body(&[(0, 0, 11), (3, 0, 12), (18, 0, 4)])]);
-        let mut conn = Connection::connect(
-            "127.0.0.1",
-            addr.port(),
-            Duration::from_secs(5),
-            &Security::default(),
-        )
-        .unwrap();
+        let mut conn = plain("127.0.0.1", addr.port(), 5).unwrap();
         let n = conn
             .handshake(Some("dory"), Duration::from_secs(5))
             .unwrap();
@@ -866,20 +869,10 @@ mod tests {
             // v2 layout: v0 plus throttle time.
             [v0_body(0, &[(0, 0, 2), (3, 0, 5), (18, 0, 2)]), vec![0; 4]].concat(),
         ]);
-        let mut conn = Connection::connect(
-            "localhost",
-            addr.port(),
-            Duration::from_secs(5),
-            &Security::default(),
-        );
+        let mut conn = plain("localhost", addr.port(), 5);
         // "localhost" may resolve to ::1 first; fall back to the literal address.
         if conn.is_err() {
-            conn = Connection::connect(
-                "127.0.0.1",
-                addr.port(),
-                Duration::from_secs(5),
-                &Security::default(),
-            );
+            conn = plain("127.0.0.1", addr.port(), 5);
         }
         let mut conn = conn.unwrap();
         let n = conn.handshake(None, Duration::from_secs(5)).unwrap();
@@ -894,13 +887,7 @@ mod tests {
             v0_body(UNSUPPORTED_VERSION, &[(18, 0, 1)]),
             v0_body(UNSUPPORTED_VERSION, &[(18, 0, 0)]),
         ]);
-        let mut conn = Connection::connect(
-            "127.0.0.1",
-            addr.port(),
-            Duration::from_secs(5),
-            &Security::default(),
-        )
-        .unwrap();
+        let mut conn = plain("127.0.0.1", addr.port(), 5).unwrap();
         let err = conn.handshake(None, Duration::from_secs(5)).unwrap_err();
         assert!(matches!(
             err,
@@ -940,13 +927,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        assert!(Connection::connect(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(1),
-            &Security::default()
-        )
-        .is_err());
+        assert!(plain("127.0.0.1", port, 1).is_err());
     }
 
     #[test]
@@ -960,13 +941,7 @@ mod tests {
             // Answer with the wrong correlation id.
             sock.write_all(&framed(&77i32.to_be_bytes())).unwrap();
         });
-        let mut conn = Connection::connect(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(5),
-            &Security::default(),
-        )
-        .unwrap();
+        let mut conn = plain("127.0.0.1", port, 5).unwrap();
         conn.set_timeouts(Some(Duration::from_secs(5)), Some(Duration::from_secs(5)))
             .unwrap();
         let mut request = Vec::new();
