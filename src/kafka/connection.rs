@@ -607,9 +607,11 @@ impl Read for TlsStream {
                     session
                         .process_new_packets()
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    if n > 0 {
-                        continue;
+                    if n == 0 {
+                        // Only an empty input reads 0; never drop ciphertext unread.
+                        return Err(io::Error::other("the TLS session refused ciphertext"));
                     }
+                    continue;
                 }
                 session.wants_write()
             };
