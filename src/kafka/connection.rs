@@ -103,8 +103,18 @@ pub struct TlsClient {
     pub server_name: Option<ServerName<'static>>,
 }
 
+/// Two TLS settings are equal when they share one loaded configuration (rustls's has no
+/// equality of its own) and check the same name: settings loaded twice differ.
+impl PartialEq for TlsClient {
+    fn eq(&self, other: &TlsClient) -> bool {
+        Arc::ptr_eq(&self.config, &other.config) && self.server_name == other.server_name
+    }
+}
+
+impl Eq for TlsClient {}
+
 /// How connections are secured: TLS, SASL, both or neither.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Security {
     pub tls: Option<TlsClient>,
     pub sasl: Option<Arc<Credentials>>,
