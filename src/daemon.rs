@@ -194,6 +194,25 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         }
     };
 
+    let sec = &cfg.kafka.security_summary;
+    log::info!(
+        "broker connections: {}{}",
+        match (sec.tls, sec.mutual_tls) {
+            (false, _) => "plaintext",
+            (true, false) => "TLS",
+            (true, true) => "TLS with a client certificate",
+        },
+        cfg.kafka
+            .security
+            .sasl
+            .as_ref()
+            .map_or(String::new(), |c| format!(
+                ", SASL {} as user {:?}",
+                c.mechanism.name(),
+                c.username
+            )),
+    );
+
     let stop = Arc::new(AtomicBool::new(false));
     let ctx = InputCtx {
         metrics,

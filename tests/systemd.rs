@@ -307,7 +307,9 @@ fn unit_declares_notify_watchdog_and_hardening() {
 }
 
 /// Every absolute path in the sample config (settings that are commented out too) lies
-/// in a directory the unit makes writable: /run/dory, /var/lib/dory or /var/log/dory.
+/// in a directory the unit makes writable: /run/dory, /var/lib/dory or /var/log/dory;
+/// files dory only reads (TLS certificates and keys, the SASL password file) lie in
+/// /etc/dory beside the config, readable under `ProtectSystem=strict`.
 #[test]
 fn sample_config_paths_fit_the_unit() {
     let unit = unit_text();
@@ -332,6 +334,17 @@ fn sample_config_paths_fit_the_unit() {
         };
         let path = format!("/{}", value.trim_end_matches('"'));
         paths += 1;
+        let key = line.trim_start_matches(['#', ' ']).split([' ', '=']).next();
+        if matches!(
+            key,
+            Some("ca_file" | "cert_file" | "key_file" | "password_file")
+        ) {
+            assert!(
+                path.starts_with("/etc/dory/"),
+                "{line}: read-only inputs live in /etc/dory"
+            );
+            continue;
+        }
         assert!(
             writable.iter().any(|w| path.starts_with(w.as_str())),
             "config/dory.toml names {path}, outside the unit's writable directories {writable:?}"

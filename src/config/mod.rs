@@ -14,6 +14,7 @@
 
 pub mod convert;
 pub mod policy;
+pub mod security;
 mod values;
 
 use std::collections::HashMap;
@@ -23,10 +24,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::kafka::Security;
 use policy::{
     Policies, RawCombined, RawCompression, RawLimits, RawPartitioning, RawPolicies, RawRateLimit,
     RawTopicBatching,
 };
+use security::SecuritySummary;
 use values::invalid;
 pub use values::{parse_byte_size, BatchLimits, ByteSize, ConfigError, RawCount};
 
@@ -185,6 +188,10 @@ pub struct RawKafka {
     pub socket_timeout_ms: Option<u64>,
     pub max_in_flight_requests: Option<usize>,
     pub idempotence: Option<bool>,
+    /// `[kafka.tls]`: present (and not `enable = false`) means TLS to every broker.
+    pub tls: Option<security::RawTls>,
+    /// `[kafka.sasl]`: present means SASL authentication on every connection.
+    pub sasl: Option<security::RawSasl>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -313,6 +320,10 @@ pub struct KafkaConfig {
     /// Idempotent delivery (producer id and sequence numbers): on unless turned off or
     /// `acks` is not -1.
     pub idempotence: bool,
+    /// TLS and SASL for broker connections (`[kafka.tls]`, `[kafka.sasl]`).
+    pub security: Security,
+    /// What may be shown of `security` (never a secret).
+    pub security_summary: SecuritySummary,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -590,6 +601,7 @@ impl Config {
                 "must fit in a signed 32-bit integer",
             ));
         }
+        let (security, security_summary) = security::security(kafka.tls, kafka.sasl)?;
         let max_in_flight = kafka.max_in_flight_requests.unwrap_or(5);
         if !(1..=64).contains(&max_in_flight) {
             return Err(invalid(
@@ -685,6 +697,8 @@ impl Config {
                     kafka.socket_timeout_ms.unwrap_or(60_000),
                 )?),
                 max_in_flight_requests: max_in_flight,
+                security,
+                security_summary,
             },
             batching: BatchingConfig {
                 limits,
@@ -1138,6 +1152,73 @@ mod tests {
         use crate::spool::format::{BODY_FIXED_LEN, HEADER_LEN, RECORD_HEADER_LEN};
         let exact = HEADER_LEN + RECORD_HEADER_LEN + BODY_FIXED_LEN + i16::MAX as usize;
         assert!(exact as u64 <= SPOOL_RECORD_OVERHEAD);
+    }
+
+    #[test]
+    fn sasl_password_never_shows_and_settings_are_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret-from-file\n").expect("write");
+        let c = with_section(
+            "kafka.sasl",
+            &format!(
+                "mechanism = \"SCRAM-SHA-256\"\nusername = \"u\"\npassword_file = \"{}\"",
+                pw.display()
+            ),
+        )
+        .expect("valid");
+        let creds = c.kafka.security.sasl.as_ref().expect("sasl on");
+        assert_eq!(creds.password.expose(), "s3cret-from-file");
+        let c = with_section(
+            "kafka.sasl",
+            "mechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"s3cret\"",
+        )
+        .expect("valid");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let raw = parse_toml(
+            Path::new("x.toml"),
+            "[kafka.sasl]\nmechanism = \"PLAIN\"\npassword = \"s3cret\"\n",
+        )
+        .expect("parses");
+        assert!(!format!("{raw:?}").contains("s3cret"));
+        for (section, toml, key) in [
+            (
+                "kafka.sasl",
+                "username = \"u\"\npassword = \"p\"",
+                "kafka.sasl.mechanism",
+            ),
+            (
+                "kafka.sasl",
+                "mechanism = \"PLAIN\"\npassword = \"p\"",
+                "kafka.sasl.username",
+            ),
+            (
+                "kafka.sasl",
+                "mechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"p\"\npassword_file = \"/x\"",
+                "kafka.sasl.password",
+            ),
+            (
+                "kafka.tls",
+                "ca_file = \"/nonexistent.pem\"",
+                "kafka.tls.ca_file",
+            ),
+            (
+                "kafka.tls",
+                "server_name = \"not a name!\"",
+                "kafka.tls.server_name",
+            ),
+            ("kafka.tls", "key_file = \"/x.key\"", "kafka.tls.cert_file"),
+        ] {
+            let e = with_section(section, toml).unwrap_err();
+            assert!(e.to_string().contains(key), "{toml}: {e}");
+        }
+        let c = with_section(
+            "kafka.tls",
+            "enable = false\nca_file = \"/nonexistent.pem\"",
+        )
+        .expect("a disabled section is not loaded");
+        assert!(c.kafka.security.tls.is_none());
     }
 
     #[test]

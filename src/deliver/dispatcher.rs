@@ -27,7 +27,7 @@ use crossbeam_channel::{bounded, Sender, TrySendError};
 use crate::config::policy::Policies;
 use crate::config::Config;
 use crate::deliver::idempotence::Seq;
-use crate::kafka::connection::Connection;
+use crate::kafka::connection::{Connection, Security};
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
 use crate::report::metrics::{Metrics, QueueState, TopicId};
 use crate::report::msg_debug::DebugFile;
@@ -47,6 +47,8 @@ pub struct DispatcherConfig {
     pub reconnect_backoff: Duration,
     pub reconnect_backoff_max: Duration,
     pub policies: Policies,
+    /// TLS and SASL for the connection.
+    pub security: Security,
 }
 
 impl DispatcherConfig {
@@ -71,6 +73,7 @@ impl DispatcherConfig {
             reconnect_backoff: c.delivery.retry_backoff,
             reconnect_backoff_max: c.delivery.retry_backoff_max,
             policies: c.policies.clone(),
+            security: c.kafka.security.clone(),
         }
     }
 }

@@ -11,11 +11,13 @@
 //! Imports: settings, the pipeline types, [`crate::report`] (counting, discards, message
 //! debug) and [`crate::kafka`] (codec and connection). Never [`crate::route`] or
 //! [`crate::input`]: it knows only the batches it is given. [`backoff`] is `pub` because
-//! the router and the metadata fetcher use it too.
+//! the router and the metadata fetcher use it too, as is [`refusal`] (connections refused
+//! for TLS or SASL reasons).
 //!
 //! Reading order: [`dispatcher`] (with `dispatcher/sender.rs` and `dispatcher/acks.rs`),
-//! [`idempotence`], [`backoff`].
+//! [`idempotence`], [`backoff`], [`refusal`].
 
 pub mod backoff;
 pub mod dispatcher;
 pub mod idempotence;
+pub mod refusal;

@@ -1,18 +1,30 @@
-//! The one place in `kafka` that does I/O: a blocking TCP connection to a broker that sends
-//! encoded requests and reads size-prefixed response frames, plus the ApiVersions
-//! handshake that decides which Produce and Metadata versions to use. A dispatcher owns one
-//! `Connection`; `try_clone` lets one thread write while another reads.
+//! The one place in `kafka` that does I/O: a blocking connection to a broker (TCP, or TLS
+//! over TCP) that sends encoded requests and reads size-prefixed response frames, plus the
+//! handshake every connection starts with: TLS, ApiVersions (which Produce and Metadata
+//! versions to use), then SASL when configured. A dispatcher owns one `Connection`;
+//! `try_clone` lets one thread write while another reads.
+//!
+//! TLS and two threads: a rustls session cannot be cloned, so clones share it behind a
+//! mutex, each with its own handle on the socket. The lock is held only to move bytes in
+//! or out of the session, never across a blocking socket call: the writer seals plaintext
+//! into records under the lock and writes them after; the reader reads ciphertext without
+//! the lock and decrypts under it. A second lock orders the writes of sealed records. A
+//! plain connection has none of this: `Stream::Plain` is the bare `TcpStream`.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
 use thiserror::Error;
 
 use super::api_versions::{self, ApiVersionsResponse};
 use super::errors::{error_name, NONE, UNSUPPORTED_VERSION};
 use super::frame::{peek_correlation_id, request_correlation_id};
 use super::primitives::DecodeError;
+use super::sasl::{self, Credentials, Mechanism, ScramClient};
 use super::{
     negotiate, API_KEY_API_VERSIONS, API_KEY_METADATA, API_KEY_PRODUCE, API_VERSIONS_VERSIONS,
     METADATA_VERSIONS, PRODUCE_VERSIONS,
@@ -23,6 +35,10 @@ use super::{
 const READ_CHUNK: usize = 64 * 1024;
 /// ApiVersions responses are a few KiB; anything near this is not a Kafka broker.
 const HANDSHAKE_MAX_FRAME: usize = 1024 * 1024;
+/// Ciphertext read from the socket at a time (a TLS record is at most ~16 KiB).
+const TLS_READ_BUF: usize = 32 * 1024;
+/// Plaintext sealed per lock of the session while writing.
+const TLS_WRITE_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Error)]
 pub enum ConnError {
@@ -40,6 +56,68 @@ pub enum ConnError {
     CorrelationMismatch { expected: i32, got: i32 },
     #[error("broker answered {api} with error {code} ({})", error_name(*code))]
     Broker { api: &'static str, code: i16 },
+    /// The TLS handshake failed or the session broke: untrusted or mismatched certificate,
+    /// a plaintext listener, a refused client certificate.
+    #[error("TLS failed: {0}")]
+    Tls(String),
+    /// SASL did not authenticate us: wrong credentials, a mechanism the broker does not
+    /// enable, a broker that cannot do SASL, a SCRAM server that does not prove itself.
+    #[error("SASL authentication failed: {0}")]
+    Auth(String),
+}
+
+/// Why a connection was refused for security reasons, as counted and shown on `/health`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityFailure {
+    Tls,
+    Auth,
+}
+
+impl ConnError {
+    /// `Some` for a TLS or SASL failure: retrying soon will not help, and an operator must act.
+    pub fn security_failure(&self) -> Option<SecurityFailure> {
+        match self {
+            ConnError::Tls(_) => Some(SecurityFailure::Tls),
+            ConnError::Auth(_) => Some(SecurityFailure::Auth),
+            _ => None,
+        }
+    }
+
+    /// An I/O error that rustls raised (a TLS alert, a bad record) becomes [`ConnError::Tls`].
+    fn from_tls_io(e: ConnError) -> ConnError {
+        match e {
+            ConnError::Io(io) if io.get_ref().is_some_and(|i| i.is::<rustls::Error>()) => {
+                ConnError::Tls(io.to_string())
+            }
+            e => e,
+        }
+    }
+}
+
+/// TLS settings for broker connections: the validated rustls configuration (trust roots,
+/// client certificate) and the name to check the broker's certificate against when it is
+/// not the broker's host name.
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    pub config: Arc<ClientConfig>,
+    pub server_name: Option<ServerName<'static>>,
+}
+
+/// Two TLS settings are equal when they share one loaded configuration (rustls's has no
+/// equality of its own) and check the same name: settings loaded twice differ.
+impl PartialEq for TlsClient {
+    fn eq(&self, other: &TlsClient) -> bool {
+        Arc::ptr_eq(&self.config, &other.config) && self.server_name == other.server_name
+    }
+}
+
+impl Eq for TlsClient {}
+
+/// How connections are secured: TLS, SASL, both or neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    pub tls: Option<TlsClient>,
+    pub sasl: Option<Arc<Credentials>>,
 }
 
 /// Versions agreed with one broker. `None` means no version in common (e.g. a broker too
@@ -54,31 +132,33 @@ pub struct Negotiated {
 /// A blocking connection to one broker.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
+    sasl: Option<Arc<Credentials>>,
 }
 
 impl Connection {
     /// Resolves `host` and tries each address in turn with `timeout`, returning the first
-    /// that connects (with TCP_NODELAY on) or the last error. Name resolution itself uses the
-    /// system resolver and is not bounded by `timeout`.
-    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Connection, ConnError> {
-        let mut last_err = None;
-        for addr in (host, port).to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, timeout) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    return Ok(Connection { stream, peer: addr });
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        Err(match last_err {
-            Some(e) => ConnError::Io(e),
-            None => ConnError::NoAddress {
-                host: host.to_owned(),
-                port,
-            },
+    /// that connects (with TCP_NODELAY on) or the last error; with TLS, then completes the
+    /// TLS handshake (also bounded by `timeout`), checking the broker's certificate against
+    /// `host` (or the configured server name). SASL, if configured, runs in
+    /// [`Connection::handshake`], after ApiVersions. Name resolution itself uses the system
+    /// resolver and is not bounded by `timeout`.
+    pub fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        security: &Security,
+    ) -> Result<Connection, ConnError> {
+        let (tcp, peer) = connect_tcp(host, port, timeout)?;
+        let stream = match &security.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => Stream::Tls(TlsStream::handshake(tcp, tls, host, timeout)?),
+        };
+        Ok(Connection {
+            stream,
+            peer,
+            sasl: security.sasl.clone(),
         })
     }
 
@@ -94,14 +174,17 @@ impl Connection {
         read: Option<Duration>,
         write: Option<Duration>,
     ) -> Result<(), ConnError> {
-        self.stream.set_read_timeout(read)?;
-        self.stream.set_write_timeout(write)?;
+        self.stream.tcp().set_read_timeout(read)?;
+        self.stream.tcp().set_write_timeout(write)?;
         Ok(())
     }
 
     /// Writes a whole encoded request.
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
-        self.stream.write_all(bytes)?;
+        match &mut self.stream {
+            Stream::Plain(s) => s.write_all(bytes)?,
+            Stream::Tls(s) => s.write_all(bytes)?,
+        }
         Ok(())
     }
 
@@ -109,7 +192,10 @@ impl Connection {
     /// Sizes below 4 (no room for a correlation id) or above `max_size` are rejected before
     /// reading the body. After any error the stream position is unknown: drop the connection.
     pub fn recv_frame(&mut self, out: &mut Vec<u8>, max_size: usize) -> Result<(), ConnError> {
-        read_frame(&mut self.stream, out, max_size)
+        match &mut self.stream {
+            Stream::Plain(s) => read_frame(s, out, max_size),
+            Stream::Tls(s) => read_frame(s, out, max_size),
+        }
     }
 
     /// Sends `request` and reads its response into `scratch`, checking that the response
@@ -129,42 +215,155 @@ impl Connection {
         Ok(())
     }
 
-    /// A second handle on the same socket, e.g. a reader thread beside a writer.
+    /// A second handle on the same socket (and TLS session), e.g. a reader thread beside a
+    /// writer.
     pub fn try_clone(&self) -> Result<Connection, ConnError> {
         Ok(Connection {
             stream: self.stream.try_clone()?,
             peer: self.peer,
+            sasl: self.sasl.clone(),
         })
     }
 
     /// Shuts both directions down, waking any thread blocked on the socket. An already
     /// disconnected socket is not an error.
     pub fn shutdown(&self) -> Result<(), ConnError> {
-        match self.stream.shutdown(Shutdown::Both) {
+        match self.stream.tcp().shutdown(Shutdown::Both) {
             Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e.into()),
             _ => Ok(()),
         }
     }
 
-    /// Asks the broker which versions it supports and picks ours. Sends ApiVersions at our
-    /// highest version; if the broker answers UNSUPPORTED_VERSION, retries once at the
-    /// highest version it lists (capped to ours; v0 if it lists none). Socket timeouts are
-    /// set to `timeout` for the exchange and restored afterwards.
+    /// Asks the broker which versions it supports and picks ours, then authenticates when
+    /// SASL is configured. Sends ApiVersions at our highest version; if the broker answers
+    /// UNSUPPORTED_VERSION, retries once at the highest version it lists (capped to ours;
+    /// v0 if it lists none). Socket timeouts are set to `timeout` for the exchange and
+    /// restored afterwards.
     pub fn handshake(
         &mut self,
         client_id: Option<&str>,
         timeout: Duration,
     ) -> Result<Negotiated, ConnError> {
-        let saved = (self.stream.read_timeout()?, self.stream.write_timeout()?);
+        let saved = (
+            self.stream.tcp().read_timeout()?,
+            self.stream.tcp().write_timeout()?,
+        );
         self.set_timeouts(Some(timeout), Some(timeout))?;
-        let result = self.exchange_api_versions(client_id);
+        let result = self
+            .exchange_api_versions(client_id)
+            .and_then(|api_versions| {
+                if let Some(creds) = self.sasl.clone() {
+                    // Some brokers answer a refused login by closing the connection.
+                    self.authenticate(&creds, &api_versions, client_id)
+                        .map_err(|e| match ConnError::from_tls_io(e) {
+                            ConnError::Io(io) => ConnError::Auth(format!(
+                                "the connection ended during {} authentication: {io}",
+                                creds.mechanism.name()
+                            )),
+                            e => e,
+                        })?;
+                }
+                Ok(api_versions)
+            });
         self.set_timeouts(saved.0, saved.1)?;
-        let api_versions = result?;
+        let api_versions = result.map_err(ConnError::from_tls_io)?;
         Ok(Negotiated {
             produce: negotiate(PRODUCE_VERSIONS, api_versions.get(API_KEY_PRODUCE)),
             metadata: negotiate(METADATA_VERSIONS, api_versions.get(API_KEY_METADATA)),
             api_versions,
         })
+    }
+
+    /// SaslHandshake v1, then SaslAuthenticate: one round for PLAIN, two for SCRAM (whose
+    /// final answer must prove the broker knows the password). Correlation ids 2 and up:
+    /// ApiVersions used 0 and 1, nothing else is in flight.
+    fn authenticate(
+        &mut self,
+        creds: &Credentials,
+        api_versions: &ApiVersionsResponse,
+        client_id: Option<&str>,
+    ) -> Result<(), ConnError> {
+        let handshake_version = negotiate(
+            sasl::SASL_HANDSHAKE_VERSIONS,
+            api_versions.get(sasl::API_KEY_SASL_HANDSHAKE),
+        )
+        .ok_or_else(|| {
+            ConnError::Auth("the broker does not offer SaslHandshake v1 (Kafka 1.0+)".into())
+        })?;
+        let auth_version = negotiate(
+            sasl::SASL_AUTHENTICATE_VERSIONS,
+            api_versions.get(sasl::API_KEY_SASL_AUTHENTICATE),
+        )
+        .ok_or_else(|| ConnError::Auth("the broker does not offer SaslAuthenticate".into()))?;
+        let control = |e: super::control::ControlError| ConnError::Auth(e.to_string());
+        let mut request = Vec::with_capacity(256);
+        let mut frame = Vec::new();
+        let mut correlation_id = 2;
+
+        sasl::encode_handshake(
+            &mut request,
+            handshake_version,
+            correlation_id,
+            client_id,
+            creds.mechanism,
+        )
+        .map_err(control)?;
+        self.request(&request, &mut frame, HANDSHAKE_MAX_FRAME)?;
+        let (code, enabled) =
+            sasl::decode_handshake(&frame, handshake_version, correlation_id).map_err(control)?;
+        if code != NONE {
+            return Err(ConnError::Auth(format!(
+                "the broker does not enable {} ({}); it offers [{}]",
+                creds.mechanism.name(),
+                error_name(code),
+                enabled.join(", ")
+            )));
+        }
+
+        let mut round = |conn: &mut Connection, token: &[u8]| -> Result<Vec<u8>, ConnError> {
+            correlation_id += 1;
+            request.clear();
+            sasl::encode_authenticate(&mut request, auth_version, correlation_id, client_id, token)
+                .map_err(control)?;
+            conn.request(&request, &mut frame, HANDSHAKE_MAX_FRAME)?;
+            let a =
+                sasl::decode_authenticate(&frame, auth_version, correlation_id).map_err(control)?;
+            if a.error_code != NONE {
+                let why = a
+                    .error_message
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| error_name(a.error_code).to_string());
+                return Err(ConnError::Auth(format!(
+                    "{why} ({} as user {:?})",
+                    creds.mechanism.name(),
+                    creds.username
+                )));
+            }
+            Ok(a.auth_bytes)
+        };
+        match creds.mechanism {
+            Mechanism::Plain => {
+                round(self, &sasl::plain_message(&creds.username, &creds.password))?;
+            }
+            Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
+                let mut nonce = [0u8; 24];
+                rustls::crypto::ring::default_provider()
+                    .secure_random
+                    .fill(&mut nonce)
+                    .map_err(|e| ConnError::Auth(format!("no randomness for a nonce: {e:?}")))?;
+                let scram =
+                    ScramClient::new(creds.mechanism, &creds.username, &creds.password, &nonce);
+                let server_first = round(self, &scram.client_first())?;
+                let (client_final, verifier) = scram
+                    .client_final(&server_first)
+                    .map_err(|e| ConnError::Auth(e.to_string()))?;
+                let server_final = round(self, &client_final)?;
+                verifier
+                    .verify(&server_final)
+                    .map_err(|e| ConnError::Auth(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 
     fn exchange_api_versions(
@@ -210,6 +409,256 @@ fn retry_version(response: &ApiVersionsResponse) -> Option<i16> {
     match response.get(API_KEY_API_VERSIONS) {
         None => Some(API_VERSIONS_VERSIONS.min),
         theirs => negotiate(API_VERSIONS_VERSIONS, theirs),
+    }
+}
+
+/// Resolves `host` and connects to the first address that answers within `timeout`.
+fn connect_tcp(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), ConnError> {
+    let mut last_err = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok((stream, addr));
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(match last_err {
+        Some(e) => ConnError::Io(e),
+        None => ConnError::NoAddress {
+            host: host.to_owned(),
+            port,
+        },
+    })
+}
+
+/// The bytes on the wire.
+#[derive(Debug)]
+enum Stream {
+    Plain(TcpStream),
+    Tls(TlsStream),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Plain(s) => Stream::Plain(s.try_clone()?),
+            Stream::Tls(s) => Stream::Tls(s.try_clone()?),
+        })
+    }
+}
+
+/// What the handles of one TLS connection share.
+struct TlsShared {
+    session: Mutex<ClientConnection>,
+    /// Held from taking sealed records out of the session until they are on the socket, so
+    /// records reach the wire in the order the session sealed them (TLS numbers them).
+    write_order: Mutex<()>,
+}
+
+/// One handle on a TLS connection: its own socket handle and buffers, the session shared.
+struct TlsStream {
+    sock: TcpStream,
+    shared: Arc<TlsShared>,
+    /// Sealed records taken from the session, to be written (writer side).
+    out: Vec<u8>,
+    /// Ciphertext read from the socket and not yet given to the session (reader side).
+    raw: Vec<u8>,
+    raw_start: usize,
+}
+
+impl std::fmt::Debug for TlsStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsStream")
+            .field("sock", &self.sock)
+            .finish()
+    }
+}
+
+fn poisoned() -> io::Error {
+    io::Error::other("a thread panicked while holding the TLS session")
+}
+
+impl TlsStream {
+    /// Runs the TLS handshake on `sock`, with `timeout` on each read and write.
+    fn handshake(
+        sock: TcpStream,
+        tls: &TlsClient,
+        host: &str,
+        timeout: Duration,
+    ) -> Result<TlsStream, ConnError> {
+        let name = match &tls.server_name {
+            Some(n) => n.clone(),
+            None => ServerName::try_from(host.to_owned()).map_err(|e| {
+                ConnError::Tls(format!(
+                    "`{host}` cannot be checked against a certificate: {e}"
+                ))
+            })?,
+        };
+        let mut session = ClientConnection::new(tls.config.clone(), name)
+            .map_err(|e| ConnError::Tls(e.to_string()))?;
+        sock.set_read_timeout(Some(timeout))?;
+        sock.set_write_timeout(Some(timeout))?;
+        let mut io = &sock;
+        while session.is_handshaking() || session.wants_write() {
+            session
+                .complete_io(&mut io)
+                .map_err(|e| ConnError::Tls(format!("handshake: {e}")))?;
+        }
+        sock.set_read_timeout(None)?;
+        sock.set_write_timeout(None)?;
+        Ok(TlsStream {
+            sock,
+            shared: Arc::new(TlsShared {
+                session: Mutex::new(session),
+                write_order: Mutex::new(()),
+            }),
+            out: Vec::new(),
+            raw: Vec::new(),
+            raw_start: 0,
+        })
+    }
+
+    fn try_clone(&self) -> io::Result<TlsStream> {
+        Ok(TlsStream {
+            sock: self.sock.try_clone()?,
+            shared: self.shared.clone(),
+            out: Vec::new(),
+            raw: Vec::new(),
+            raw_start: 0,
+        })
+    }
+
+    fn session(&self) -> io::Result<MutexGuard<'_, ClientConnection>> {
+        self.shared.session.lock().map_err(|_| poisoned())
+    }
+
+    /// Takes every sealed record out of the session into `out`. Call with `write_order` held.
+    fn drain(session: &mut ClientConnection, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        while session.wants_write() {
+            session.write_tls(out)?;
+        }
+        Ok(())
+    }
+
+    /// Seals `bytes` and writes the records, a chunk per lock of the session.
+    fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        let _order = self.shared.write_order.lock().map_err(|_| poisoned())?;
+        let mut out = std::mem::take(&mut self.out);
+        let result = (|| {
+            while !bytes.is_empty() {
+                {
+                    let mut session = self.session()?;
+                    let n = session
+                        .writer()
+                        .write(&bytes[..bytes.len().min(TLS_WRITE_CHUNK)])?;
+                    if n == 0 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WriteZero,
+                            "the TLS session takes no more data",
+                        ));
+                    }
+                    bytes = &bytes[n..];
+                    TlsStream::drain(&mut session, &mut out)?;
+                }
+                (&self.sock).write_all(&out)?;
+            }
+            Ok(())
+        })();
+        self.out = out;
+        result
+    }
+
+    /// Writes what the session wants to send after reading (a key update, an alert), unless
+    /// the writer is busy: then its next write takes it along.
+    fn flush_pending(&mut self) -> io::Result<()> {
+        let Ok(_order) = self.shared.write_order.try_lock() else {
+            return Ok(());
+        };
+        let mut out = std::mem::take(&mut self.out);
+        TlsStream::drain(&mut *self.session()?, &mut out)?;
+        let result = (&self.sock).write_all(&out);
+        self.out = out;
+        result
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let wants_write = {
+                // The field, not `self.session()`: `raw_start` changes under the lock.
+                let mut session = self.shared.session.lock().map_err(|_| poisoned())?;
+                match session.reader().read(buf) {
+                    // 0: the broker closed the session cleanly (close_notify).
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if self.raw_start < self.raw.len() {
+                    let n = session.read_tls(&mut &self.raw[self.raw_start..])?;
+                    self.raw_start += n;
+                    session
+                        .process_new_packets()
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    if n == 0 {
+                        // Only an empty input reads 0; never drop ciphertext unread.
+                        return Err(io::Error::other("the TLS session refused ciphertext"));
+                    }
+                    continue;
+                }
+                session.wants_write()
+            };
+            if wants_write {
+                self.flush_pending()?;
+            }
+            // The session needs more ciphertext: read it without holding the lock.
+            self.raw.resize(TLS_READ_BUF, 0);
+            self.raw_start = 0;
+            let n = loop {
+                match (&self.sock).read(&mut self.raw) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.raw.clear();
+                        return Err(e);
+                    }
+                    Ok(n) => break n,
+                }
+            };
+            self.raw.truncate(n);
+            if n == 0 {
+                // End of stream: the session says whether that was clean (close_notify read,
+                // `Ok(0)` above) or a truncation (`UnexpectedEof`).
+                let mut session = self.session()?;
+                session.read_tls(&mut &[][..])?;
+                session
+                    .process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                return match session.reader().read(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the broker closed the connection inside a TLS record",
+                    )),
+                    other => other,
+                };
+            }
+        }
     }
 }
 
@@ -403,18 +852,26 @@ mod tests {
         b
     }
 
+    fn plain(host: &str, port: u16, timeout_s: u64) -> Result<Connection, ConnError> {
+        Connection::connect(
+            host,
+            port,
+            Duration::from_secs(timeout_s),
+            &Security::default(),
+        )
+    }
+
     #[test]
     fn handshake_at_v3() {
         let (addr, broker) = fake_broker(vec![v3_body(&[(0, 0, 11), (3, 0, 12), (18, 0, 4)])]);
-        let mut conn =
-            Connection::connect("127.0.0.1", addr.port(), Duration::from_secs(5)).unwrap();
+        let mut conn = plain("127.0.0.1", addr.port(), 5).unwrap();
         let n = conn
             .handshake(Some("dory"), Duration::from_secs(5))
             .unwrap();
         assert_eq!(n.produce, Some(8));
         assert_eq!(n.metadata, Some(12));
         assert_eq!(broker.join().unwrap(), vec![3]);
-        assert_eq!(conn.stream.read_timeout().unwrap(), None);
+        assert_eq!(conn.stream.tcp().read_timeout().unwrap(), None);
     }
 
     #[test]
@@ -424,10 +881,10 @@ mod tests {
             // v2 layout: v0 plus throttle time.
             [v0_body(0, &[(0, 0, 2), (3, 0, 5), (18, 0, 2)]), vec![0; 4]].concat(),
         ]);
-        let mut conn = Connection::connect("localhost", addr.port(), Duration::from_secs(5));
+        let mut conn = plain("localhost", addr.port(), 5);
         // "localhost" may resolve to ::1 first; fall back to the literal address.
         if conn.is_err() {
-            conn = Connection::connect("127.0.0.1", addr.port(), Duration::from_secs(5));
+            conn = plain("127.0.0.1", addr.port(), 5);
         }
         let mut conn = conn.unwrap();
         let n = conn.handshake(None, Duration::from_secs(5)).unwrap();
@@ -442,8 +899,7 @@ mod tests {
             v0_body(UNSUPPORTED_VERSION, &[(18, 0, 1)]),
             v0_body(UNSUPPORTED_VERSION, &[(18, 0, 0)]),
         ]);
-        let mut conn =
-            Connection::connect("127.0.0.1", addr.port(), Duration::from_secs(5)).unwrap();
+        let mut conn = plain("127.0.0.1", addr.port(), 5).unwrap();
         let err = conn.handshake(None, Duration::from_secs(5)).unwrap_err();
         assert!(matches!(
             err,
@@ -483,7 +939,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        assert!(Connection::connect("127.0.0.1", port, Duration::from_secs(1)).is_err());
+        assert!(plain("127.0.0.1", port, 1).is_err());
     }
 
     #[test]
@@ -497,7 +953,7 @@ mod tests {
             // Answer with the wrong correlation id.
             sock.write_all(&framed(&77i32.to_be_bytes())).unwrap();
         });
-        let mut conn = Connection::connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        let mut conn = plain("127.0.0.1", port, 5).unwrap();
         conn.set_timeouts(Some(Duration::from_secs(5)), Some(Duration::from_secs(5)))
             .unwrap();
         let mut request = Vec::new();
@@ -516,5 +972,152 @@ mod tests {
         conn.shutdown().unwrap();
         reader.shutdown().unwrap();
         assert_eq!(reader.peer(), conn.peer());
+    }
+
+    /// A CA and a server certificate for `names` it signed: (CA DER, cert DER, key DER).
+    fn test_pki(names: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        (ca.der().to_vec(), cert.der().to_vec(), key.serialize_der())
+    }
+
+    /// A TLS echo server: answers every frame with the same frame, until the client leaves.
+    fn tls_echo_server(cert: Vec<u8>, key: Vec<u8>) -> (u16, thread::JoinHandle<usize>) {
+        use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert)],
+            PrivatePkcs8KeyDer::from(key).into(),
+        )
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let session = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut tls = rustls::StreamOwned::new(session, sock);
+            let mut frame = Vec::new();
+            let mut echoed = 0;
+            while read_frame(&mut tls, &mut frame, 1 << 24).is_ok() {
+                if tls.write_all(&framed(&frame)).is_err() {
+                    break;
+                }
+                echoed += 1;
+            }
+            echoed
+        });
+        (port, handle)
+    }
+
+    fn tls_security(ca: &[u8], server_name: Option<&str>) -> Security {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(ca.to_vec()))
+            .unwrap();
+        let config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        Security {
+            tls: Some(TlsClient {
+                config: Arc::new(config),
+                server_name: server_name.map(|n| ServerName::try_from(n.to_owned()).unwrap()),
+            }),
+            sasl: None,
+        }
+    }
+
+    /// One thread writes frames (some larger than a TLS write chunk) while another reads the
+    /// echoes on a clone of the same TLS connection: every frame comes back intact, in order.
+    #[test]
+    fn tls_clones_write_and_read_concurrently() {
+        let (ca, cert, key) = test_pki(&["localhost"]);
+        let (port, server) = tls_echo_server(cert, key);
+        let mut conn = Connection::connect(
+            "localhost",
+            port,
+            Duration::from_secs(5),
+            &tls_security(&ca, None),
+        )
+        .or_else(|_| {
+            // "localhost" may resolve to ::1 first; the certificate names it either way.
+            Connection::connect(
+                "127.0.0.1",
+                port,
+                Duration::from_secs(5),
+                &tls_security(&ca, Some("localhost")),
+            )
+        })
+        .unwrap();
+        conn.set_timeouts(Some(Duration::from_secs(10)), Some(Duration::from_secs(10)))
+            .unwrap();
+        let frame_of = |i: usize| -> Vec<u8> {
+            let len = 4 + (i * 7919) % (3 * TLS_WRITE_CHUNK);
+            (0..len).map(|j| (i + j) as u8).collect()
+        };
+        const FRAMES: usize = 60;
+        let mut reader = conn.try_clone().unwrap();
+        let read = thread::spawn(move || {
+            let mut got = Vec::new();
+            for i in 0..FRAMES {
+                reader.recv_frame(&mut got, 1 << 24).unwrap();
+                assert_eq!(got, frame_of(i), "frame {i}");
+            }
+        });
+        for i in 0..FRAMES {
+            conn.send(&framed(&frame_of(i))).unwrap();
+        }
+        read.join().unwrap();
+        conn.shutdown().unwrap();
+        assert_eq!(server.join().unwrap(), FRAMES);
+    }
+
+    #[test]
+    fn untrusted_or_misnamed_certificates_are_tls_failures() {
+        let (_, cert, key) = test_pki(&["localhost"]);
+        let (other_ca, _, _) = test_pki(&["localhost"]);
+        let (port, server) = tls_echo_server(cert.clone(), key.clone());
+        let err = Connection::connect(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(5),
+            &tls_security(&other_ca, Some("localhost")),
+        )
+        .unwrap_err();
+        assert_eq!(err.security_failure(), Some(SecurityFailure::Tls), "{err}");
+        // Both test CAs have the same (empty) name: the signature is what fails.
+        assert!(
+            err.to_string().contains("invalid peer certificate"),
+            "{err}"
+        );
+        let _ = server.join();
+
+        let (ca, cert, key) = test_pki(&["broker.example"]);
+        let (port, server) = tls_echo_server(cert, key);
+        let err = Connection::connect(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(5),
+            &tls_security(&ca, None),
+        )
+        .unwrap_err();
+        assert_eq!(err.security_failure(), Some(SecurityFailure::Tls), "{err}");
+        assert!(err.to_string().contains("not valid for name"), "{err}");
+        let _ = server.join();
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Reading order: `primitives` (wire types) → `frame` (size prefix and headers) →
 //! `api_versions`, `metadata`, `produce`, `record_batch` (one file per message) → `errors`
-//! (codes and retry policy) → `connection` (TCP and the version handshake).
+//! (codes and retry policy) → `control` and `sasl` (control-plane messages through the
+//! `kafka-protocol` crate; SCRAM) → `connection` (TCP, TLS, SASL and the version handshake).
 //!
 //! Channels: none; callers (the router's metadata fetcher, the dispatchers) call it.
 //!
@@ -21,9 +22,10 @@ pub mod metadata;
 pub mod primitives;
 pub mod produce;
 pub mod record_batch;
+pub mod sasl;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsResponse};
-pub use connection::{ConnError, Connection, Negotiated};
+pub use connection::{ConnError, Connection, Negotiated, Security, SecurityFailure, TlsClient};
 pub use errors::{classify, error_name, is_retriable, ErrorAction};
 pub use metadata::{MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic};
 pub use primitives::{DecodeError, Reader};

@@ -3,21 +3,26 @@
 //! on the network. Each fetch opens a fresh connection (as Dory does), negotiates versions,
 //! and tries known brokers in turn.
 
+use std::collections::HashMap;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::config::{BrokerAddr, Config};
 use crate::deliver::backoff::Rng;
 use crate::deliver::idempotence::IdRequest;
-use crate::kafka::connection::{ConnError, Connection};
+use crate::deliver::refusal;
+use crate::kafka::connection::{ConnError, Connection, Negotiated, Security};
 use crate::kafka::control::{self, API_KEY_INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSIONS};
 use crate::kafka::errors::error_name;
 use crate::kafka::{metadata, negotiate, MetadataResponse, API_KEY_METADATA, METADATA_VERSIONS};
 use crate::pipeline::{FetchRequest, FetchResponse, MetaRequest, MetaResponse, ProducerIdError};
 use crate::report::liveness::{Heartbeat, QUIET_MAX, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, Metrics};
+
+/// Minimum interval between two log lines about the same broker refusing us (TLS, SASL).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Largest metadata response we accept: enough for very large clusters.
 const MAX_METADATA_SIZE: usize = 64 << 20;
@@ -29,7 +34,10 @@ pub struct Fetcher {
     client_id: Option<String>,
     connect_timeout: Duration,
     socket_timeout: Duration,
+    security: Security,
     metrics: &'static Metrics,
+    /// When each refusing broker (TLS, SASL) was last logged: once per interval each.
+    refusals_logged: HashMap<String, Instant>,
     rng: Rng,
     correlation_id: i32,
     heartbeat: Heartbeat,
@@ -43,7 +51,9 @@ impl Fetcher {
             client_id: cfg.kafka.client_id.clone(),
             connect_timeout: cfg.kafka.connect_timeout,
             socket_timeout: cfg.kafka.socket_timeout,
+            security: cfg.kafka.security.clone(),
             metrics,
+            refusals_logged: HashMap::new(),
             rng: Rng::from_entropy(),
             correlation_id: 0,
             // Beats between brokers: one try may block for a connect and for the reads
@@ -156,9 +166,7 @@ impl Fetcher {
         b: &BrokerAddr,
         req: IdRequest,
     ) -> Result<Result<(i64, i16), ProducerIdError>, ConnError> {
-        let mut conn = Connection::connect(&b.host, b.port, self.connect_timeout)?;
-        conn.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
-        let neg = conn.handshake(self.client_id.as_deref(), self.socket_timeout)?;
+        let (mut conn, neg) = self.open(b, false)?;
         let Some(version) = negotiate(
             INIT_PRODUCER_ID_VERSIONS,
             neg.api_versions.get(API_KEY_INIT_PRODUCER_ID),
@@ -216,18 +224,53 @@ impl Fetcher {
         )))
     }
 
+    /// A fresh connection to `b`, handshake (TLS, ApiVersions, SASL) done. A refusal for
+    /// TLS or SASL reasons is counted and shown on `/health` (the router logs the error).
+    fn open(
+        &mut self,
+        b: &BrokerAddr,
+        for_metadata: bool,
+    ) -> Result<(Connection, Negotiated), ConnError> {
+        let addr = b.to_string();
+        let result = Connection::connect(&b.host, b.port, self.connect_timeout, &self.security)
+            .inspect(|_| {
+                if for_metadata {
+                    self.metrics.inc(Counter::ConnectSuccessOnTryGetMetadata);
+                }
+            })
+            .inspect_err(|e| {
+                if for_metadata && e.security_failure().is_none() {
+                    self.metrics.inc(Counter::ConnectFailOnTryGetMetadata);
+                }
+            })
+            .and_then(|mut conn| {
+                conn.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
+                let neg = conn.handshake(self.client_id.as_deref(), self.socket_timeout)?;
+                Ok((conn, neg))
+            });
+        match &result {
+            Ok(_) => refusal::passed(self.metrics, &addr),
+            Err(e) => {
+                if let Some(sentence) =
+                    refusal::note(self.metrics, &format!("broker {addr}"), &addr, e)
+                {
+                    let last = self.refusals_logged.get(&addr);
+                    if last.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
+                        log::error!("{sentence}");
+                        self.refusals_logged.insert(addr, Instant::now());
+                    }
+                }
+            }
+        }
+        result
+    }
+
     fn fetch_from(
         &mut self,
         b: &BrokerAddr,
         req: &MetaRequest,
     ) -> Result<MetadataResponse, ConnError> {
-        let mut conn =
-            Connection::connect(&b.host, b.port, self.connect_timeout).inspect_err(|_| {
-                self.metrics.inc(Counter::ConnectFailOnTryGetMetadata);
-            })?;
-        self.metrics.inc(Counter::ConnectSuccessOnTryGetMetadata);
-        conn.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
-        let neg = conn.handshake(self.client_id.as_deref(), self.socket_timeout)?;
+        let (mut conn, neg) = self.open(b, true)?;
         let version = negotiate(METADATA_VERSIONS, neg.api_versions.get(API_KEY_METADATA))
             .ok_or_else(|| {
                 ConnError::Io(std::io::Error::other(

@@ -281,6 +281,31 @@ fn metadata_client(bootstrap: &str) -> BaseConsumer {
         .expect("create metadata client")
 }
 
+/// Polls until `127.0.0.1:port` accepts TCP connections. `proc` (if given) is checked for
+/// an early exit on every round.
+pub fn wait_for_port(
+    port: u16,
+    timeout: Duration,
+    mut proc: Option<&mut Proc>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(p) = proc.as_deref_mut() {
+            if let Some(s) = p.try_exit() {
+                return Err(format!("process exited early with {s}"));
+            }
+        }
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("nothing listens on {addr} after {timeout:?}: {e}"))
+            }
+            Err(_) => thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
 /// Polls until `bootstrap` answers a Metadata request listing at least one broker. `proc`
 /// (if given) is checked for an early exit on every round.
 fn wait_for_brokers(
@@ -519,7 +544,18 @@ impl Tansu {
         Tansu::start_with(Some(advertised))
     }
 
+    /// Tansu requiring SASL authentication (`--authentication`) on every connection,
+    /// advertising `127.0.0.1:advertised` (e.g. a TLS terminator in front of it). Ready
+    /// once its port accepts connections: an unauthenticated Metadata request is refused.
+    pub fn start_authenticating(advertised: u16) -> Tansu {
+        Tansu::start_full(Some(advertised), true)
+    }
+
     fn start_with(advertised: Option<u16>) -> Tansu {
+        Tansu::start_full(advertised, false)
+    }
+
+    fn start_full(advertised: Option<u16>, authentication: bool) -> Tansu {
         let bin = tansu_path();
         let mut failures = String::new();
         for _attempt in 0..3 {
@@ -527,17 +563,22 @@ impl Tansu {
             let port = free_port();
             let url = format!("tcp://127.0.0.1:{port}");
             let advertised_url = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
-            let mut proc = Proc::spawn(
-                "tansu",
-                Command::new(&bin)
-                    .arg("broker")
-                    .args(["--listener-url", &url])
-                    .args(["--advertised-listener-url", &advertised_url])
-                    .args(["--storage-engine", "memory://tansu/"]),
-                dir.path(),
-            );
+            let mut cmd = Command::new(&bin);
+            cmd.arg("broker")
+                .args(["--listener-url", &url])
+                .args(["--advertised-listener-url", &advertised_url])
+                .args(["--storage-engine", "memory://tansu/"]);
+            if authentication {
+                cmd.arg("--authentication");
+            }
+            let mut proc = Proc::spawn("tansu", &mut cmd, dir.path());
             let bootstrap = format!("127.0.0.1:{port}");
-            match wait_for_brokers(&bootstrap, Duration::from_secs(20), Some(&mut proc)) {
+            let ready = if authentication {
+                wait_for_port(port, Duration::from_secs(20), Some(&mut proc))
+            } else {
+                wait_for_brokers(&bootstrap, Duration::from_secs(20), Some(&mut proc))
+            };
+            match ready {
                 Ok(()) => {
                     return Tansu {
                         proc,

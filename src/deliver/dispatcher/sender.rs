@@ -13,8 +13,9 @@ use super::acks::Receiver_;
 use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight, Part, Shared};
 use crate::config::policy::CodecName;
 use crate::deliver::backoff::Backoff;
+use crate::deliver::refusal;
 use crate::kafka::compression::{Codec, Compression};
-use crate::kafka::connection::{ConnError, Connection};
+use crate::kafka::connection::{ConnError, Connection, SecurityFailure};
 use crate::kafka::produce::ProduceRequestWriter;
 use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::PRODUCE_VERSIONS;
@@ -60,7 +61,7 @@ impl Sender_ {
     pub(super) fn run(mut self) {
         let mut backoff = Backoff::new(self.cfg.reconnect_backoff, self.cfg.reconnect_backoff_max);
         let mut down_since: Option<Instant> = None;
-        let mut last_log: Option<Instant> = None;
+        let mut last_log: Option<(Instant, Option<SecurityFailure>)> = None;
         loop {
             self.heartbeat.beat();
             if self.shared.aborted() {
@@ -105,14 +106,19 @@ impl Sender_ {
                     }
                 }
                 Err(e) => {
-                    if last_log.is_none_or(|t| t.elapsed() >= CONNECT_LOG_INTERVAL) {
-                        log::warn!(
-                            "broker {} ({}:{}): cannot connect: {e}",
-                            self.id,
-                            self.host,
-                            self.port
-                        );
-                        last_log = Some(Instant::now());
+                    let addr = format!("{}:{}", self.host, self.port);
+                    let who = format!("broker {} ({addr})", self.id);
+                    let refused = refusal::note(self.metrics, &who, &addr, &e);
+                    // Once per interval, and at once when the kind of failure changes.
+                    let kind = e.security_failure();
+                    if last_log
+                        .is_none_or(|(t, k)| k != kind || t.elapsed() >= CONNECT_LOG_INTERVAL)
+                    {
+                        match refused {
+                            Some(sentence) => log::error!("{sentence}"),
+                            None => log::warn!("{who}: cannot connect: {e}"),
+                        }
+                        last_log = Some((Instant::now(), kind));
                     }
                     if down_since.is_none() {
                         down_since = Some(Instant::now());
@@ -188,11 +194,21 @@ impl Sender_ {
 
     fn connect(&mut self) -> Result<(Connection, i16), ConnError> {
         self.metrics.inc(Counter::ConnectorStartConnect);
-        let mut conn = Connection::connect(&self.host, self.port, self.cfg.connect_timeout)
-            .inspect_err(|_| self.metrics.inc(Counter::ConnectorConnectFail))?;
+        let mut conn = Connection::connect(
+            &self.host,
+            self.port,
+            self.cfg.connect_timeout,
+            &self.cfg.security,
+        )
+        .inspect_err(|e| {
+            if e.security_failure().is_none() {
+                self.metrics.inc(Counter::ConnectorConnectFail)
+            }
+        })?;
         self.metrics.inc(Counter::ConnectorConnectSuccess);
         conn.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
         let neg = conn.handshake(self.cfg.client_id.as_deref(), self.cfg.socket_timeout)?;
+        refusal::passed(self.metrics, &format!("{}:{}", self.host, self.port));
         let version = crate::kafka::negotiate(
             PRODUCE_VERSIONS,
             neg.api_versions.get(crate::kafka::API_KEY_PRODUCE),

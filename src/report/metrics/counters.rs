@@ -203,6 +203,10 @@ counters! {
     // of order; a partition's sequence was renumbered after a gap.
     ProducerIdReceived, ProducerEpochBumpRequested, ProducerIdResetRequested,
     IdempotenceFallback, AckDuplicateSequence, AckOutOfOrderSequence, SequenceRewind,
+    // dory: a broker connection refused for security reasons: the TLS handshake or session
+    // failed (untrusted certificate, wrong name, plaintext listener), or SASL did not
+    // authenticate (wrong credentials, mechanism not enabled).
+    ConnectorTlsFail, ConnectorAuthFail,
     // Codecs.
     ZlibCompressSuccess, ZlibBufError, ZlibDataError, ZlibDecompressOutOfSpace,
     ZlibNeedDictError, ZlibNotAtEndAfterCompress, ZlibOverflowComputingCompressBufSize,

@@ -187,6 +187,15 @@ pub struct Metrics {
     liveness: crate::report::liveness::Liveness,
     /// The durable spool's values.
     spool: SpoolStats,
+    /// Brokers refusing us for TLS or SASL reasons, for `/health`.
+    security: Mutex<SecurityState>,
+}
+
+/// Per broker address (`host:port`): why it refuses us, or that it last let us in.
+#[derive(Default)]
+struct SecurityState {
+    failing: std::collections::BTreeMap<String, String>,
+    usable: std::collections::BTreeSet<String>,
 }
 
 impl Metrics {
@@ -219,6 +228,7 @@ impl Metrics {
             brokers_up: AtomicU64::new(0),
             liveness: crate::report::liveness::Liveness::new(),
             spool: SpoolStats::default(),
+            security: Mutex::new(SecurityState::default()),
         }
     }
 
@@ -242,6 +252,36 @@ impl Metrics {
             self.brokers_known.load(Ordering::Relaxed),
             self.brokers_up.load(Ordering::Relaxed),
         )
+    }
+
+    // ----- broker connection security -----
+
+    /// Records that the broker at `addr` refused us (TLS or SASL); `reason` is the sentence
+    /// `/health` shows, e.g. "cannot authenticate to broker 1 (h:9093): ...".
+    pub fn security_failed(&self, addr: &str, reason: String) {
+        if let Ok(mut s) = self.security.lock() {
+            s.usable.remove(addr);
+            s.failing.insert(addr.to_owned(), reason);
+        }
+    }
+
+    /// Records that a connection to the broker at `addr` passed TLS and SASL.
+    pub fn security_ok(&self, addr: &str) {
+        if let Ok(mut s) = self.security.lock() {
+            if s.failing.remove(addr).is_some() || !s.usable.contains(addr) {
+                s.usable.insert(addr.to_owned());
+            }
+        }
+    }
+
+    /// Why no broker can be used, when every broker we tried refused us for TLS or SASL
+    /// reasons (and none let us in since): one line per refusing broker.
+    pub fn security_problem(&self) -> Option<String> {
+        let s = self.security.lock().ok()?;
+        if s.failing.is_empty() || !s.usable.is_empty() {
+            return None;
+        }
+        Some(s.failing.values().cloned().collect::<Vec<_>>().join("\n"))
     }
 
     // ----- the idempotent producer -----

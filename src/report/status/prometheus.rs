@@ -9,10 +9,13 @@ use std::time::Instant;
 use super::Reply;
 use crate::report::commit_points::{Points, TopicPoint, LATENCY_BOUNDS};
 use crate::report::metrics::{
-    DiscardReason, Health, Idempotence, Metrics, SpoolSnapshot, TopicSnapshot,
+    Counter, DiscardReason, Health, Idempotence, Metrics, SpoolSnapshot, TopicSnapshot,
 };
 
 pub(super) fn health(m: &Metrics) -> Reply {
+    if let Some(why) = m.security_problem() {
+        return Reply::text(503, format!("not ok: no broker is usable\n{why}\n"));
+    }
     match m.health() {
         Health::Ready => Reply::text(200, "ok\n".into()),
         Health::InputsOpen => Reply::text(
@@ -132,6 +135,20 @@ pub(super) fn prometheus(m: &Metrics) -> String {
         "The idempotent producer's epoch (-1: none).",
     );
     let _ = writeln!(out, "dory_producer_epoch {epoch}");
+
+    let name = "dory_broker_connection_errors_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Broker connections refused for security reasons: TLS (handshake or session) or auth (SASL).",
+    );
+    for (kind, c) in [
+        ("tls", Counter::ConnectorTlsFail),
+        ("auth", Counter::ConnectorAuthFail),
+    ] {
+        let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", m.get(c));
+    }
 
     let (capacity, used) = m.pool();
     family(&mut out, "dory_pool_bytes", "gauge", "Message pool bytes.");
