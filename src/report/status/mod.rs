@@ -370,6 +370,22 @@ mod tests {
     }
 
     #[test]
+    fn status_page_and_json_routes() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        let r = handle(&m, &c, "GET", "/status.json?t=1", now);
+        assert_eq!((r.status, r.content_type), (200, JSON));
+        let json: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+        assert_eq!(json["now_ms"], now);
+        let r = handle(&m, &c, "GET", "/", now);
+        assert!(r.body.contains("<table id=\"topics\">"), "{}", r.body);
+        assert!(r.body.contains("fetch(\"/status.json\""), "{}", r.body);
+        // Neither counts as a query of the discard reports.
+        assert_eq!(m.get(Counter::MongooseGetDiscardsRequest), 0);
+    }
+
+    #[test]
     fn discard_query_is_recorded() {
         let m = populated();
         let (c, _rx) = control();
