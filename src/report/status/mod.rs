@@ -6,14 +6,15 @@
 //!
 //! This file is the server: start and stop, routing a request to its page. The pages are
 //! in `dory.rs` (Dory's plain and JSON shapes), `commit_points.rs` (the commit points, in
-//! the same style) and `prometheus.rs` (`/health` and `/metrics`).
+//! the same style), `prometheus.rs` (`/health` and `/metrics`) and `page.rs` (the live
+//! status page at `/` and its `/status.json`).
 
 mod commit_points;
 mod dory;
+mod page;
 mod prometheus;
 mod spool;
 
-use std::fmt::Write as _;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +32,7 @@ use dory::{
     metadata_fetch_time_json, metadata_fetch_time_plain, queues_json, queues_plain,
     server_info_json,
 };
+use page::{page_html, status_json};
 use prometheus::{health, prometheus};
 
 const TEXT: &str = "text/plain";
@@ -256,41 +258,13 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
         },
         "/health" => health(m),
         "/metrics" => Reply::ok(PROMETHEUS, prometheus(m)),
+        "/status.json" => Reply::ok(JSON, status_json(m, now_ms)),
         p if p.starts_with("/msg_debug/") => match m.msg_debug().and_then(|d| d.handle_http(p)) {
             Some(r) => Reply::text(r.status, r.body),
             None => Reply::text(404, "message debug logging is not configured\n".into()),
         },
-        _ => Reply::ok(HTML, index_html()),
+        _ => Reply::ok(HTML, page_html(m, now_ms)),
     }
-}
-
-// ----- index -----
-
-fn index_html() -> String {
-    let mut out = String::from(
-        "<!DOCTYPE html>\n<html>\n<head><title>dory</title></head>\n<body>\n<h1>dory</h1>\n<ul>\n",
-    );
-    for (path, what) in [
-        ("server_info", "server info"),
-        ("counters", "counters"),
-        ("discards", "discard reports"),
-        ("queues", "queued messages"),
-        ("metadata_fetch_time", "metadata fetch time"),
-        ("commit_points", "commit points"),
-        ("spool", "durable spool"),
-    ] {
-        let _ = writeln!(
-            out,
-            "<li>{what}: <a href=\"/{path}/plain\">plain</a> <a href=\"/{path}/json\">json</a></li>"
-        );
-    }
-    out.push_str("<li><a href=\"/health\">health</a></li>\n");
-    out.push_str("<li><a href=\"/metrics\">metrics (Prometheus)</a></li>\n");
-    out.push_str(
-        "</ul>\n<form action=\"/metadata_update\" method=\"post\">\n\
-         <input type=\"submit\" value=\"Update metadata\">\n</form>\n</body>\n</html>\n",
-    );
-    out
 }
 
 #[cfg(test)]
@@ -451,6 +425,22 @@ mod tests {
         assert!(handle(&m, &c, "GET", "/", now)
             .body
             .contains("href=\"/spool/json\""));
+    }
+
+    #[test]
+    fn status_page_and_json_routes() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        let r = handle(&m, &c, "GET", "/status.json?t=1", now);
+        assert_eq!((r.status, r.content_type), (200, JSON));
+        let json: serde_json::Value = serde_json::from_str(&r.body).expect("JSON");
+        assert_eq!(json["now_ms"], now);
+        let r = handle(&m, &c, "GET", "/", now);
+        assert!(r.body.contains("<table id=\"topics\">"), "{}", r.body);
+        assert!(r.body.contains("fetch(\"/status.json\""), "{}", r.body);
+        // Neither counts as a query of the discard reports.
+        assert_eq!(m.get(Counter::MongooseGetDiscardsRequest), 0);
     }
 
     #[test]
