@@ -758,6 +758,9 @@ pub struct Dory {
     tcp_port: u16,
     status: SocketAddr,
     dir: TempDir,
+    /// How it was started: [`Dory::wait_ready`] starts it again on other ports if one of
+    /// the free ports it was given was taken by another test in between.
+    args: DoryArgs,
 }
 
 impl Dory {
@@ -768,6 +771,7 @@ impl Dory {
     /// Does not wait; call [`Dory::wait_ready`].
     pub fn start(args: DoryArgs) -> Dory {
         let dir = tempfile::tempdir().expect("temp dir");
+        let saved = args.clone();
         let dgram = dir.path().join("dgram.sock");
         let stream = dir.path().join("stream.sock");
         let tcp_port = free_port();
@@ -836,6 +840,7 @@ impl Dory {
             tcp_port,
             status,
             dir,
+            args: saved,
         }
     }
 
@@ -844,9 +849,19 @@ impl Dory {
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = String::from("no answer yet");
+        let mut port_retries = 3;
         loop {
             if let Some(s) = self.proc.try_exit() {
-                panic!("dory exited with {s} before becoming ready; last /health: {last}");
+                // `free_port` releases the port before dory binds it: another test (or an
+                // outgoing connection) can take it in between. Only that is retried.
+                let logs = self.proc.logs();
+                if port_retries > 0 && logs.contains("Address already in use") {
+                    port_retries -= 1;
+                    eprintln!("dory could not bind a free port (taken in between); again:\n{logs}");
+                    *self = Dory::start(self.args.clone());
+                    continue;
+                }
+                panic!("dory exited with {s} before becoming ready; last /health: {last}\n{logs}");
             }
             match self.http_get_result("/health") {
                 Ok((200, _)) => return,
