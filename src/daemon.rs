@@ -221,6 +221,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         spare_batches,
         stop: stop.clone(),
         topic_cache: Default::default(),
+        last_topic: Default::default(),
         batch_clock: Default::default(),
         counts: Default::default(),
         spool: spool.as_ref().map(|s| s.0),

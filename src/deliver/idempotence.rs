@@ -26,7 +26,7 @@ use std::collections::{HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
-use crate::fasthash::{FastMap, Fnv};
+use crate::fasthash::{FastMap, FoldHash};
 
 /// Sealed batches per partition that may be unacknowledged at once: brokers keep the
 /// sequence metadata of the last five batches per producer and partition.
@@ -186,7 +186,7 @@ pub struct Sequencer<B> {
     mode: Mode,
     parts: FastMap<PartKey, Part<B>>,
     /// Partitions that may have something to send.
-    dirty: HashSet<PartKey, BuildHasherDefault<Fnv>>,
+    dirty: HashSet<PartKey, BuildHasherDefault<FoldHash>>,
     /// Sealed batches out with dispatchers, all partitions.
     in_flight: usize,
     /// Reused key buffer for [`Sequencer::ready`].

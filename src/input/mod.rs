@@ -91,6 +91,9 @@ pub struct InputCtx {
     /// Topic ids this thread has looked up (and whether each is spooled), sparing the
     /// shared topic table's lock.
     pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, (TopicId, bool)>>,
+    /// The last topic looked up: clients mostly send runs of one topic, and comparing a
+    /// name costs less than hashing it.
+    pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId, bool)>>,
     /// Arrival time for the messages being accepted, when the input read them together
     /// (one clock read per batch); `None`: read the clock per message.
     pub batch_clock: std::cell::Cell<Option<Instant>>,
@@ -270,6 +273,25 @@ impl InputCtx {
 
     /// The topic's id and whether it is spooled; `None` when the topic table is full.
     fn topic(&self, name: &[u8]) -> Option<(TopicId, bool)> {
+        if let Some((last, id, spooled)) = &*self.last_topic.borrow() {
+            if last.as_slice() == name {
+                return Some((*id, *spooled));
+            }
+        }
+        let hit = self.topic_uncached(name)?;
+        let mut last = self.last_topic.borrow_mut();
+        match last.as_mut() {
+            Some((n, id, spooled)) => {
+                n.clear();
+                n.extend_from_slice(name);
+                (*id, *spooled) = hit;
+            }
+            None => *last = Some((name.to_vec(), hit.0, hit.1)),
+        }
+        Some(hit)
+    }
+
+    fn topic_uncached(&self, name: &[u8]) -> Option<(TopicId, bool)> {
         if let Some(&hit) = self.topic_cache.borrow().get(name) {
             return Some(hit);
         }
@@ -524,4 +546,64 @@ pub fn set_mode(path: &Path, mode: Option<u32>) -> Result<(), InputError> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::metrics::MetricsConfig;
+
+    fn ctx() -> (InputCtx, Receiver<Vec<Msg>>) {
+        let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new(MetricsConfig::default())));
+        let pool = Pool::new_static(1 << 20).expect("pool");
+        let (to_router, from_inputs) = crossbeam_channel::bounded(16);
+        let (_spare_tx, spare_batches) = crossbeam_channel::bounded(1);
+        let ctx = InputCtx {
+            metrics,
+            pool,
+            to_router,
+            spare_batches,
+            stop: Arc::new(AtomicBool::new(false)),
+            topic_cache: Default::default(),
+            last_topic: Default::default(),
+            batch_clock: Default::default(),
+            counts: Default::default(),
+            spool: None,
+            spool_batch: Default::default(),
+        };
+        (ctx, from_inputs)
+    }
+
+    fn datagram(topic: &str, value: &str) -> Vec<u8> {
+        let mut d = Vec::new();
+        wire::encode_any_partition(&mut d, topic.as_bytes(), 1, b"", value.as_bytes())
+            .expect("encodes");
+        d
+    }
+
+    #[test]
+    fn topic_ids_hold_across_runs_and_alternations() {
+        let (ctx, from_inputs) = ctx();
+        let names = [
+            "alpha", "beta", "alpha", "alpha", "gamma", "beta", "alph", "alphaa",
+        ];
+        let mut out = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            ctx.accept(&datagram(name, &i.to_string()), Source::Datagram, &mut out);
+        }
+        ctx.flush(&mut out);
+        let batch = from_inputs.try_recv().expect("one batch");
+        assert_eq!(batch.len(), names.len());
+        for (msg, name) in batch.iter().zip(names) {
+            assert_eq!(
+                ctx.metrics.topic_id(name.as_bytes()),
+                Some(msg.topic),
+                "{name}"
+            );
+        }
+        // Prefixes and extensions of a cached name are other topics.
+        let ids: std::collections::HashSet<TopicId> = batch.iter().map(|m| m.topic).collect();
+        assert_eq!(ids.len(), 5);
+        crate::pipeline::free_msgs(batch);
+    }
 }

@@ -27,6 +27,8 @@ pub struct OpenBatch {
     /// Σ(key + value + 26): the size Kafka will see, capped by `message_max_bytes`.
     kafka_bytes: usize,
     first_arrival: Option<Instant>,
+    /// `first_arrival` plus the time limit, kept so that `add` need not add per message.
+    expires: Option<Instant>,
     /// Length of the last batch taken: the next one reserves that much at its first
     /// message instead of growing by doubling (each growth copies the batch so far).
     last_len: usize,
@@ -56,17 +58,21 @@ impl OpenBatch {
         self.bytes = 0;
         self.kafka_bytes = 0;
         self.first_arrival = None;
+        self.expires = None;
         self.last_len = self.msgs.len();
         std::mem::take(&mut self.msgs)
     }
 
-    fn push(&mut self, m: Msg) {
+    fn push(&mut self, m: Msg, time: Option<Duration>) {
         if self.msgs.capacity() == 0 {
             self.msgs.reserve_exact(self.last_len.clamp(1, RESERVE_MAX));
         }
         self.bytes += m.batch_size() as u64;
         self.kafka_bytes += m.payload.len() + KAFKA_MSG_OVERHEAD;
-        self.first_arrival = Some(self.first_arrival.map_or(m.arrival, |a| a.min(m.arrival)));
+        if self.first_arrival.is_none_or(|a| m.arrival < a) {
+            self.first_arrival = Some(m.arrival);
+            self.expires = time.and_then(|t| m.arrival.checked_add(t));
+        }
         self.msgs.push(m);
     }
 
@@ -113,14 +119,11 @@ impl OpenBatch {
                     alone: Some(m),
                 };
             }
-            self.push(m);
+            self.push(m, limits.time);
             return Emit { batch, alone: None };
         }
-        self.push(m);
-        let done = limits
-            .time
-            .zip(self.first_arrival)
-            .is_some_and(|(t, a)| expired(a, t))
+        self.push(m, limits.time);
+        let done = self.expires.is_some_and(|e| now >= e)
             || limits.messages.is_some_and(|n| self.msgs.len() as u64 >= n)
             || limits.bytes.is_some_and(|b| self.bytes >= b);
         Emit {

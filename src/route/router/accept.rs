@@ -41,8 +41,23 @@ impl Router {
 
     pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>) {
         let now = Instant::now();
+        // They leave the `new` queue: counted per topic for the batch (inputs send runs of
+        // a few topics), not per message; whatever waits for a lookup is added back.
+        let mut left: Vec<(TopicId, i64)> = Vec::new();
+        for m in &msgs {
+            match left.last_mut() {
+                Some((t, n)) if *t == m.topic => *n += 1,
+                _ => match left.iter_mut().find(|(t, _)| *t == m.topic) {
+                    Some((_, n)) => *n += 1,
+                    None => left.push((m.topic, 1)),
+                },
+            }
+        }
+        for (t, n) in left {
+            self.metrics.queue_add(t, QueueState::New, -n);
+        }
         for m in msgs.drain(..) {
-            self.accept(m, now);
+            self.accept_new(m, now);
         }
         // Full (inputs are not taking them): let it go.
         let _ = self.ch.spare_batches.try_send(msgs);
@@ -50,8 +65,13 @@ impl Router {
 
     /// Validates a new message and batches it (or holds it while its topic is looked up).
     pub(super) fn accept(&mut self, m: Msg, now: Instant) {
+        self.metrics.queue_add(m.topic, QueueState::New, -1);
+        self.accept_new(m, now);
+    }
+
+    /// [`Router::accept`] for a message already taken off the `new` queue count.
+    fn accept_new(&mut self, m: Msg, now: Instant) {
         let t = m.topic;
-        self.metrics.queue_add(t, QueueState::New, -1);
         if let Some(l) = self.slot(t).lookup.as_mut() {
             l.msgs.push(m);
             self.metrics.queue_add(t, QueueState::New, 1);

@@ -8,7 +8,7 @@ use crate::pipeline::{Batch, Msg, DISPATCH_CHANNEL_CAP};
 use crate::report::metrics::{DiscardReason, QueueState, TopicId};
 use crate::route::batcher::OpenBatch;
 use crossbeam_channel::TrySendError;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 impl Router {
@@ -31,11 +31,11 @@ impl Router {
     }
 
     pub(super) fn round_robin(&mut self, t: TopicId) -> Option<i32> {
-        let up: HashMap<i32, bool> = self.brokers.iter().map(|(id, b)| (*id, b.up)).collect();
         self.view(t)?;
+        let brokers = &self.brokers;
         let slot = &mut self.topics[t as usize];
         let view = slot.view.as_ref()?;
-        view.next_round_robin(&mut slot.rr, |b| up.get(&b).copied().unwrap_or(true))
+        view.next_round_robin(&mut slot.rr, |b| brokers.get(&b).is_none_or(|x| x.up))
     }
 
     /// Sends a batch (already counted as SendWait) to its partition's leader, or holds it.
