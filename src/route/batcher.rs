@@ -29,6 +29,8 @@ pub struct OpenBatch {
     first_arrival: Option<Instant>,
     /// `first_arrival` plus the time limit, kept so that `add` need not add per message.
     expires: Option<Instant>,
+    /// `expires` changed since [`OpenBatch::take_new_deadline`] last looked.
+    new_deadline: bool,
     /// Length of the last batch taken: the next one reserves that much at its first
     /// message instead of growing by doubling (each growth copies the batch so far).
     last_len: usize,
@@ -54,11 +56,21 @@ impl OpenBatch {
         Some(self.first_arrival? + limits.time?)
     }
 
+    /// The batch's deadline if it is new (first message, or an earlier arrival) since the
+    /// last call: for a timer queue that must hear of each deadline once.
+    pub fn take_new_deadline(&mut self) -> Option<Instant> {
+        if !std::mem::take(&mut self.new_deadline) {
+            return None;
+        }
+        self.expires
+    }
+
     pub fn take(&mut self) -> Vec<Msg> {
         self.bytes = 0;
         self.kafka_bytes = 0;
         self.first_arrival = None;
         self.expires = None;
+        self.new_deadline = false;
         self.last_len = self.msgs.len();
         std::mem::take(&mut self.msgs)
     }
@@ -72,6 +84,7 @@ impl OpenBatch {
         if self.first_arrival.is_none_or(|a| m.arrival < a) {
             self.first_arrival = Some(m.arrival);
             self.expires = time.and_then(|t| m.arrival.checked_add(t));
+            self.new_deadline = true;
         }
         self.msgs.push(m);
     }
@@ -231,5 +244,30 @@ mod tests {
         let e = b.add(msg(p, 100, now), &l, cap, now);
         assert_eq!(e.batch.map(|v| v.len()), Some(2));
         assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn each_new_deadline_is_reported_once() {
+        let p = pool();
+        let t0 = Instant::now();
+        let l = limits(Some(100), None, None);
+        let mut b = OpenBatch::default();
+        let ms = Duration::from_millis;
+        assert_eq!(b.take_new_deadline(), None);
+        b.add(msg(p, 1, t0 + ms(10)), &l, 1_000_000, t0 + ms(10));
+        assert_eq!(b.take_new_deadline(), Some(t0 + ms(110)));
+        assert_eq!(b.take_new_deadline(), None);
+        // A later arrival keeps the deadline; an earlier one (a retried message) moves it.
+        b.add(msg(p, 1, t0 + ms(20)), &l, 1_000_000, t0 + ms(20));
+        assert_eq!(b.take_new_deadline(), None);
+        b.add(msg(p, 1, t0), &l, 1_000_000, t0 + ms(20));
+        assert_eq!(b.take_new_deadline(), Some(t0 + ms(100)));
+        assert_eq!(b.deadline(&l), Some(t0 + ms(100)));
+        // Expired: the next add completes the batch; the one after starts a new deadline.
+        let e = b.add(msg(p, 1, t0 + ms(100)), &l, 1_000_000, t0 + ms(100));
+        assert_eq!(e.batch.map(|v| v.len()), Some(4));
+        assert_eq!(b.take_new_deadline(), None);
+        b.add(msg(p, 1, t0 + ms(150)), &l, 1_000_000, t0 + ms(150));
+        assert_eq!(b.take_new_deadline(), Some(t0 + ms(250)));
     }
 }

@@ -19,7 +19,8 @@ mod sequence;
 mod shutdown;
 mod topics;
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,6 +88,8 @@ struct TopicSlot {
     limiter: Option<RateLimiter>,
     /// Round-robin counter for combined-topics batches.
     rr_combined: usize,
+    /// Listed in `Router::lookups`.
+    listed: bool,
 }
 
 /// Messages held while a topic is looked up (or auto-created).
@@ -153,7 +156,15 @@ pub struct Router {
     cluster: Cluster,
     have_metadata: bool,
     topics: Vec<TopicSlot>,
+    /// Slots that hold (or held) a lookup, so timers look at those rather than at every
+    /// topic: with thousands of topics a scan per wake-up cost more than the messages.
+    /// Cleaned lazily ([`Router::lookup_slots`]).
+    lookups: Vec<usize>,
     batches: FastMap<BatchKey, Open>,
+    /// When per-topic batches expire, earliest first: (deadline, key) pushed whenever a
+    /// batch gets a new deadline; an entry whose batch was sent or got a later deadline
+    /// since is skipped when it comes up.
+    expiries: BinaryHeap<Reverse<(Instant, BatchKey)>>,
     /// Combined-topics batches, per destination broker.
     combined: HashMap<i32, OpenBatch>,
     /// Reused buffer for message keys (murmur2).
@@ -221,7 +232,9 @@ impl Router {
             cluster: Cluster::default(),
             have_metadata: false,
             topics: Vec::new(),
+            lookups: Vec::new(),
             batches: FastMap::default(),
+            expiries: BinaryHeap::new(),
             combined: HashMap::new(),
             scratch: Vec::new(),
             next_batch_expiry: None,
@@ -338,8 +351,8 @@ impl Router {
         consider(self.full_fetch_at);
         consider(self.seq.next_due());
         consider(self.id_retry_at);
-        for slot in &self.topics {
-            if let Some(l) = &slot.lookup {
+        for &i in &self.lookups {
+            if let Some(l) = &self.topics[i].lookup {
                 consider(l.next_try);
                 consider(l.asked_at.map(|a| a + self.cfg.delivery.unknown_topic_wait));
             }
@@ -374,7 +387,11 @@ impl Router {
         }
         // Lookups that waited too long: the topic does not exist (or was not created).
         let wait = self.cfg.delivery.unknown_topic_wait;
-        let expired: Vec<usize> = (0..self.topics.len())
+        self.lookup_slots();
+        let expired: Vec<usize> = self
+            .lookups
+            .iter()
+            .copied()
             .filter(|&i| {
                 self.topics[i]
                     .lookup
@@ -393,15 +410,17 @@ impl Router {
     }
 
     fn expire_batches(&mut self, now: Instant) {
-        let due: Vec<BatchKey> = self
-            .batches
-            .iter()
-            .filter(|(_, o)| o.batch.deadline(&o.limits).is_some_and(|d| now >= d))
-            .map(|(k, _)| *k)
-            .collect();
-        for key in due {
-            let msgs = self.batches.get_mut(&key).map(|o| o.batch.take());
-            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+        while let Some(&Reverse((at, key))) = self.expiries.peek() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop();
+            let Some(o) = self.batches.get_mut(&key) else {
+                continue;
+            };
+            // Sent since, or refilled with a later deadline (queued on its own): skip.
+            if o.batch.deadline(&o.limits).is_some_and(|d| d <= now) {
+                let msgs = o.batch.take();
                 self.emit(key, msgs);
             }
         }
@@ -418,17 +437,35 @@ impl Router {
                 self.emit_combined(broker, msgs);
             }
         }
-        self.batches.retain(|_, o| !o.batch.is_empty());
         self.combined.retain(|_, b| !b.is_empty());
-        let per_topic = self
-            .batches
-            .values()
-            .filter_map(|o| o.batch.deadline(&o.limits));
+        self.set_next_batch_expiry();
+    }
+
+    /// The earliest deadline of an open batch (the per-topic ones from the queue).
+    fn set_next_batch_expiry(&mut self) {
+        let combined_limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
+        let per_topic = self.expiries.peek().map(|Reverse((at, _))| *at);
         let combined = self
             .combined
             .values()
             .filter_map(|b| b.deadline(&combined_limits));
-        self.next_batch_expiry = per_topic.chain(combined).min();
+        self.next_batch_expiry = per_topic.into_iter().chain(combined).min();
+    }
+
+    /// A per-topic batch got deadline `at`.
+    fn queue_expiry(&mut self, at: Instant, key: BatchKey) {
+        self.expiries.push(Reverse((at, key)));
+        self.next_batch_expiry = Some(self.next_batch_expiry.map_or(at, |x| x.min(at)));
+    }
+
+    /// Drops the slots that no longer hold a lookup from `lookups`.
+    fn lookup_slots(&mut self) {
+        let topics = &mut self.topics;
+        self.lookups.retain(|&i| {
+            let keep = topics[i].lookup.is_some();
+            topics[i].listed = keep;
+            keep
+        });
     }
 
     // ----- discards -----

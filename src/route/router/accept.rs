@@ -181,12 +181,9 @@ impl Router {
             batch: OpenBatch::default(),
             limits,
         });
-        let was_empty = open.batch.is_empty();
         let emit = open.batch.add(m, &limits, max_kafka, now);
-        if was_empty || open.batch.is_empty() {
-            if let Some(d) = open.batch.deadline(&limits) {
-                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
-            }
+        if let Some(d) = open.batch.take_new_deadline() {
+            self.queue_expiry(d, key);
         }
         if let Some(msgs) = emit.batch {
             self.emit(key, msgs);
@@ -291,7 +288,10 @@ impl Router {
                     next_try: ask.then_some(now),
                     answer_seq: 0,
                     msgs: vec![m],
-                })
+                });
+                if !std::mem::replace(&mut slot.listed, true) {
+                    self.lookups.push(t as usize);
+                }
             }
         }
     }

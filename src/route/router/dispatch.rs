@@ -135,6 +135,7 @@ impl Router {
                 self.emit_combined(b, msgs);
             }
         }
+        self.expiries.clear();
         self.next_batch_expiry = None;
     }
 }
