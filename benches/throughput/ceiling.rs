@@ -36,6 +36,8 @@ pub struct CeilingRun {
     /// CPU time of the receiving thread (user + system).
     pub receiver_cpu_s: f64,
     pub sender_secs: f64,
+    /// CPU time of the sending thread.
+    pub sender_cpu_s: f64,
     pub sender_calls: u64,
 }
 
@@ -84,6 +86,7 @@ pub fn run(path: &Path, load: &Load, mode: Mode, stall: Duration) -> io::Result<
         receiver_cpu_s: cpu,
         sender_secs: (sent.end - sent.start).as_secs_f64(),
         sender_calls: sent.calls,
+        sender_cpu_s: sent.cpu_s,
     })
 }
 

@@ -81,6 +81,9 @@ pub struct Sent {
     /// Just after the last one returned.
     pub end: Instant,
     pub calls: u64,
+    /// CPU time (user + system) of the sending thread between `start` and `end`: what
+    /// the producing application spends handing the messages over.
+    pub cpu_s: f64,
 }
 
 /// Encodes one AnyPartition v0 message (ApiKey 256, version 0) into `out`:
@@ -121,19 +124,12 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Sends the whole load to `path`. Blocks while the receiver's queue is full; gives up with
-/// an error if a single `sendmmsg` stays blocked for `stall` (receiver gone or stuck).
-pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
-    assert!(!load.topics.is_empty() && load.per_call > 0);
-    let sock = UnixDatagram::unbound()?;
-    sock.connect(path)?;
-    sock.set_write_timeout(Some(stall))?;
-    let fd = sock.as_raw_fd();
-
-    // Message i uses template i mod len: topic i mod topics, so every topic gets every
-    // variant in turn.
+/// One datagram per (topic, value variant): message `i` uses template `i mod len`, i.e.
+/// topic `i mod topics`, so every topic gets every variant in turn. The value is the last
+/// `value_size` bytes of each (the librdkafka target sends exactly those values).
+pub fn templates(load: &Load) -> Vec<Vec<u8>> {
     let variants = if load.text_values { TEXT_VARIANTS } else { 1 };
-    let templates: Vec<Vec<u8>> = (0..variants * load.topics.len())
+    (0..variants * load.topics.len())
         .map(|j| {
             let topic = &load.topics[j % load.topics.len()];
             let mut t = encode_template(topic, load.value_size);
@@ -143,7 +139,26 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
             }
             t
         })
-        .collect();
+        .collect()
+}
+
+/// Writes sequence number `seq` into the first (up to) 8 bytes of a value, as the sender
+/// does in every datagram.
+pub fn stamp_value(value: &mut [u8], seq: u64) {
+    let n = value.len().min(8);
+    value[..n].copy_from_slice(&seq.to_be_bytes()[..n]);
+}
+
+/// Sends the whole load to `path`. Blocks while the receiver's queue is full; gives up with
+/// an error if a single `sendmmsg` stays blocked for `stall` (receiver gone or stuck).
+pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
+    assert!(!load.topics.is_empty() && load.per_call > 0);
+    let sock = UnixDatagram::unbound()?;
+    sock.connect(path)?;
+    sock.set_write_timeout(Some(stall))?;
+    let fd = sock.as_raw_fd();
+
+    let templates = templates(load);
     let size = load.datagram_size();
     let topic_len = load.topics[0].len();
     let k = load.per_call;
@@ -155,6 +170,7 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
 
     let mut seq = 0u64;
     let mut calls = 0u64;
+    let cpu0 = crate::ceiling::thread_cpu_s();
     let start = Instant::now();
     while seq < load.count {
         let batch = k.min((load.count - seq) as usize);
@@ -207,9 +223,11 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
         }
         seq += batch as u64;
     }
+    let end = Instant::now();
     Ok(Sent {
         start,
-        end: Instant::now(),
+        end,
         calls,
+        cpu_s: crate::ceiling::thread_cpu_s() - cpu0,
     })
 }

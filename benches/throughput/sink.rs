@@ -3,8 +3,10 @@
 //! be measured without a real broker's.
 //!
 //! - ApiVersions v0–v3 (response header v0 always; v3 body flexible): lists Produce 3–8,
-//!   Metadata 0–12, ApiVersions 0–3. A higher request version gets UNSUPPORTED_VERSION in
-//!   the v0 layout (KIP-511).
+//!   Metadata 0–12, ApiVersions 0–3, InitProducerId 0–4, and also Fetch 4–11 and
+//!   FindCoordinator 0–2, which it does not serve: librdkafka decides from those whether a
+//!   broker takes record batches (magic 2), lz4 and zstd. A higher request version gets
+//!   UNSUPPORTED_VERSION in the v0 layout (KIP-511).
 //! - Metadata v0–v12, encoded at the requested version: one broker (this sink, node 1),
 //!   every topic asked for (or, for "all topics", the configured ones) with `partitions`
 //!   partitions led by node 1.
@@ -27,7 +29,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const API_PRODUCE: i16 = 0;
+const API_FETCH: i16 = 1;
 const API_METADATA: i16 = 3;
+const API_FIND_COORDINATOR: i16 = 10;
 const API_VERSIONS: i16 = 18;
 const API_INIT_PRODUCER_ID: i16 = 22;
 const NODE_ID: i32 = 1;
@@ -242,9 +246,15 @@ fn handle(frame: &[u8], sh: &Shared, out: &mut Vec<u8>) -> io::Result<bool> {
 }
 
 fn api_versions(w: &mut Wr<'_>, version: i16) {
-    const APIS: [(i16, i16, i16); 4] = [
+    const APIS: [(i16, i16, i16); 6] = [
         (API_PRODUCE, 3, 8),
+        // Never served (a request for it ends the connection with an error): listed only
+        // because librdkafka infers broker features from it, record batches (magic 2)
+        // from Fetch >= 4 and zstd from Fetch >= 10 (with Produce >= 7).
+        (API_FETCH, 4, 11),
         (API_METADATA, 0, 12),
+        // Never served either: librdkafka's sign of a broker that takes lz4.
+        (API_FIND_COORDINATOR, 0, 2),
         (API_VERSIONS, 0, 3),
         (API_INIT_PRODUCER_ID, 0, 4),
     ];
@@ -402,7 +412,15 @@ fn produce(r: &mut Rd<'_>, w: &mut Wr<'_>, version: i16, sh: &Shared) -> io::Res
                         batches_total += b;
                         parts.push((partition, 0, base));
                     }
-                    Err(_) => {
+                    Err(e) => {
+                        let mut errs = c.errors.lock().unwrap();
+                        if errs.len() < 5 {
+                            errs.push(format!(
+                                "Produce v{version} {}[{partition}]: rejected: {e}",
+                                String::from_utf8_lossy(topic)
+                            ));
+                        }
+                        drop(errs);
                         rejected += 1;
                         parts.push((partition, CORRUPT_MESSAGE, -1));
                     }
