@@ -222,6 +222,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         stop: stop.clone(),
         topic_cache: Default::default(),
         last_topic: Default::default(),
+        groups: Default::default(),
         batch_clock: Default::default(),
         counts: Default::default(),
         spool: spool.as_ref().map(|s| s.0),

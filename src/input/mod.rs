@@ -94,6 +94,8 @@ pub struct InputCtx {
     /// The last topic looked up: clients mostly send runs of one topic, and comparing a
     /// name costs less than hashing it.
     pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId, bool)>>,
+    /// Reused for grouping each batch by topic in `flush`.
+    pub groups: std::cell::RefCell<crate::pipeline::TopicGroups>,
     /// Arrival time for the messages being accepted, when the input read them together
     /// (one clock read per batch); `None`: read the clock per message.
     pub batch_clock: std::cell::Cell<Option<Instant>>,
@@ -451,32 +453,29 @@ impl InputCtx {
         if let Some(c) = forwarded {
             m.add(c, n);
         }
-        // Per topic: a batch holds few topics, so a short list is enough.
-        let mut per_topic: Vec<(TopicId, u64)> = Vec::new();
-        for msg in out.iter() {
-            match per_topic.iter_mut().find(|(t, _)| *t == msg.topic) {
-                Some((_, n)) => *n += 1,
-                None => per_topic.push((msg.topic, 1)),
-            }
-        }
-        for (t, n) in per_topic {
+        // Per topic, each topic's messages found by one grouping pass.
+        let mut groups = self.groups.borrow_mut();
+        groups.group(out);
+        for (t, idx) in groups.iter() {
+            let n = idx.len() as u64;
             // Tracked before counted as received: a commit point never passes a message
             // that the counters show as received (see report::commit_points).
-            m.track_received(t, out.iter().filter(|msg| msg.topic == t));
+            m.track_received(t, idx.iter().map(|&i| &out[i as usize]));
             m.received(t, n);
             m.queue_add(t, QueueState::New, n as i64);
             if source == Some(Source::Spool) {
                 // Replayed: Kafka may already have them (see spool::recovery).
-                let (lo, hi) = out
+                let (lo, hi) = idx
                     .iter()
-                    .filter(|msg| msg.topic == t)
-                    .fold((i64::MAX, i64::MIN), |(lo, hi), msg| {
-                        (lo.min(msg.timestamp), hi.max(msg.timestamp))
+                    .map(|&i| out[i as usize].timestamp)
+                    .fold((i64::MAX, i64::MIN), |(lo, hi), ts| {
+                        (lo.min(ts), hi.max(ts))
                     });
                 m.recovered(t, n);
                 m.possible_duplicates(t, n, lo, hi);
             }
         }
+        drop(groups);
         let fresh = self
             .spare_batches
             .try_recv()
@@ -566,6 +565,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             topic_cache: Default::default(),
             last_topic: Default::default(),
+            groups: Default::default(),
             batch_clock: Default::default(),
             counts: Default::default(),
             spool: None,

@@ -169,6 +169,8 @@ pub struct Router {
     combined: HashMap<i32, OpenBatch>,
     /// Reused buffer for message keys (murmur2).
     scratch: Vec<u8>,
+    /// Reused for grouping input batches by topic.
+    groups: crate::pipeline::TopicGroups,
     next_batch_expiry: Option<Instant>,
     brokers: HashMap<i32, Broker>,
     /// Batches waiting out a retry backoff.
@@ -237,6 +239,7 @@ impl Router {
             expiries: BinaryHeap::new(),
             combined: HashMap::new(),
             scratch: Vec::new(),
+            groups: Default::default(),
             next_batch_expiry: None,
             brokers: HashMap::new(),
             delayed: Vec::new(),

@@ -43,18 +43,10 @@ impl Router {
         let now = Instant::now();
         // They leave the `new` queue: counted per topic for the batch (inputs send runs of
         // a few topics), not per message; whatever waits for a lookup is added back.
-        let mut left: Vec<(TopicId, i64)> = Vec::new();
-        for m in &msgs {
-            match left.last_mut() {
-                Some((t, n)) if *t == m.topic => *n += 1,
-                _ => match left.iter_mut().find(|(t, _)| *t == m.topic) {
-                    Some((_, n)) => *n += 1,
-                    None => left.push((m.topic, 1)),
-                },
-            }
-        }
-        for (t, n) in left {
-            self.metrics.queue_add(t, QueueState::New, -n);
+        self.groups.group(&msgs);
+        for (t, idx) in self.groups.iter() {
+            self.metrics
+                .queue_add(t, QueueState::New, -(idx.len() as i64));
         }
         for m in msgs.drain(..) {
             self.accept_new(m, now);
