@@ -279,6 +279,9 @@ pub struct TopicGroups {
     order: Vec<u32>,
     /// Each group's next free place in `order` while filling.
     fill: Vec<u32>,
+    /// 0, 1, 2, ...: the indices when the whole batch is one topic (the common case),
+    /// which then needs no second pass.
+    identity: Vec<u32>,
 }
 
 impl Clone for TopicGroups {
@@ -308,6 +311,12 @@ impl TopicGroups {
                 g => self.groups[g as usize - 1].2 += 1,
             }
         }
+        if self.groups.len() == 1 {
+            while self.identity.len() < msgs.len() {
+                self.identity.push(self.identity.len() as u32);
+            }
+            return;
+        }
         let mut start = 0;
         for g in &mut self.groups {
             g.1 = start;
@@ -326,7 +335,11 @@ impl TopicGroups {
 
     /// Each topic of the last grouped batch with its messages' indices, in order.
     pub fn iter(&self) -> impl Iterator<Item = (TopicId, &[u32])> + '_ {
-        self.groups.iter().map(|&(t, start, n)| {
+        let single = self.groups.len() == 1;
+        self.groups.iter().map(move |&(t, start, n)| {
+            if single {
+                return (t, &self.identity[..n as usize]);
+            }
             let start = start as usize;
             (t, &self.order[start..start + n as usize])
         })
@@ -365,6 +378,28 @@ mod topic_groups_tests {
                 prop_assert_eq!(got, naive);
                 free_msgs(msgs);
             }
+        }
+    }
+
+    #[test]
+    fn one_topic_batches_between_mixed_ones() {
+        let pool = Pool::new_static(1 << 16).expect("pool");
+        let now = Instant::now();
+        let mut g = TopicGroups::default();
+        for topics in [vec![7u32; 5], vec![1, 2, 1], vec![7; 9], vec![3; 2]] {
+            let msgs: Vec<Msg> = topics
+                .iter()
+                .map(|&t| Msg::for_test(pool, t, 0, 0, now))
+                .collect();
+            g.group(&msgs);
+            let got: Vec<(TopicId, Vec<u32>)> = g.iter().map(|(t, i)| (t, i.to_vec())).collect();
+            let want: Vec<(TopicId, Vec<u32>)> = if topics == [1, 2, 1] {
+                vec![(1, vec![0, 2]), (2, vec![1])]
+            } else {
+                vec![(topics[0], (0..topics.len() as u32).collect())]
+            };
+            assert_eq!(got, want);
+            free_msgs(msgs);
         }
     }
 }
