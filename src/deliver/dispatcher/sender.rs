@@ -95,13 +95,7 @@ impl Sender_ {
                                 broker: self.id,
                                 up: false,
                             });
-                            let carry: Vec<Batch> = self.carry.drain(..).collect();
-                            give_back(
-                                &self.to_router,
-                                self.id,
-                                ReturnReason::ConnectionLost,
-                                carry,
-                            );
+                            self.give_back_carry();
                         }
                     }
                 }
@@ -127,13 +121,7 @@ impl Sender_ {
                             up: false,
                         });
                     }
-                    let carry: Vec<Batch> = self.carry.drain(..).collect();
-                    give_back(
-                        &self.to_router,
-                        self.id,
-                        ReturnReason::ConnectionLost,
-                        carry,
-                    );
+                    self.give_back_carry();
                     // Wait out the backoff, handing back anything routed to us meanwhile.
                     let until = Instant::now() + backoff.next_delay();
                     loop {
@@ -167,6 +155,17 @@ impl Sender_ {
                 }
             }
         }
+    }
+
+    /// The connection is gone: batches taken for it but not written go back to the router.
+    fn give_back_carry(&mut self) {
+        let carry: Vec<Batch> = self.carry.drain(..).collect();
+        give_back(
+            &self.to_router,
+            self.id,
+            ReturnReason::ConnectionLost,
+            carry,
+        );
     }
 
     fn report(&self, o: Outcome) {
