@@ -295,11 +295,13 @@ impl Router {
 
     fn next_event(&mut self) -> Event {
         let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
-        let timer = crossbeam_channel::after(timeout);
+        // Borrowed, not cloned (a clone is an atomic add on the channel's counters), and no
+        // timer channel per call: `default(timeout)` waits as long.
+        let closed = crossbeam_channel::never();
         let inputs = if self.inputs_open {
-            self.ch.from_inputs.clone()
+            &self.ch.from_inputs
         } else {
-            crossbeam_channel::never()
+            &closed
         };
         select_biased! {
             recv(self.ch.from_control) -> c => match c {
@@ -330,7 +332,7 @@ impl Router {
                     Event::Tick
                 }
             },
-            recv(timer) -> _ => Event::Tick,
+            default(timeout) => Event::Tick,
         }
     }
 
