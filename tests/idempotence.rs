@@ -413,11 +413,16 @@ impl Drop for LossyProxy {
 /// Returns (consumed duplicates, possible duplicates counted, answers lost, resends the
 /// broker recognised as duplicates).
 fn tansu_lossy_scenario(idempotence: bool) -> (u64, u64, usize, u64) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-    let proxy_port = listener.local_addr().expect("proxy addr").port();
+    // Nothing listens on the advertised (proxy) port until Tansu is up and the topic made:
+    // a client checking on Tansu that follows the advertised address must be refused at
+    // once (and go back to the bootstrap address), not hang on a listener that never
+    // answers.
+    let proxy_port = free_port();
     let tansu = Tansu::start_advertising(proxy_port);
     let topic = "lossy";
     tansu.create_topic(topic, 3);
+    let listener = TcpListener::bind(("127.0.0.1", proxy_port))
+        .unwrap_or_else(|e| panic!("bind the proxy on free port {proxy_port}: {e}"));
     let proxy = LossyProxy::start(listener, tansu.port(), 3, 4);
     let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
     args.config_toml = Some(format!(

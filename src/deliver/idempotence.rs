@@ -589,6 +589,26 @@ mod tests {
         }
     }
 
+    /// A sequencer with producer id and epoch `id`, and two batches of partition (1, 0)
+    /// sealed and taken out: (sequencer, first batch, second batch).
+    fn two_sealed(id: (i64, i16), a: Vec<u64>, b: Vec<u64>) -> (Sequencer<TB>, TB, TB) {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(id.0, id.1, |_| {});
+        for ids in [a, b] {
+            s.submit(TB {
+                part: (1, 0),
+                ids,
+                seq: None,
+            });
+        }
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        let b1 = out.pop().expect("second batch sealed");
+        let b0 = out.pop().expect("first batch sealed");
+        (s, b0, b1)
+    }
+
     #[test]
     fn sequence_space_wraps_like_kafka() {
         assert_eq!(seq_add(0, 5), 5);
@@ -956,23 +976,7 @@ mod tests {
 
     #[test]
     fn a_discarded_gap_rewinds_the_partition() {
-        let mut s: Sequencer<TB> = Sequencer::new();
-        s.id_request_due();
-        s.producer_ready(1, 0, |_| {});
-        s.submit(TB {
-            part: (1, 0),
-            ids: vec![0, 1],
-            seq: None,
-        });
-        s.submit(TB {
-            part: (1, 0),
-            ids: vec![2],
-            seq: None,
-        });
-        let mut out = Vec::new();
-        s.ready(Instant::now(), |_| true, &mut out);
-        let b1 = out.pop().unwrap();
-        let b0 = out.pop().unwrap();
+        let (mut s, b0, b1) = two_sealed((1, 0), vec![0, 1], vec![2]);
         s.on_back((1, 0));
         s.lost((1, 0), b0.seq.unwrap());
         s.on_back((1, 0));
@@ -992,23 +996,7 @@ mod tests {
 
     #[test]
     fn losing_a_batch_that_may_be_written_bumps_the_epoch() {
-        let mut s: Sequencer<TB> = Sequencer::new();
-        s.id_request_due();
-        s.producer_ready(9, 3, |_| {});
-        s.submit(TB {
-            part: (1, 0),
-            ids: vec![0],
-            seq: None,
-        });
-        s.submit(TB {
-            part: (1, 0),
-            ids: vec![1],
-            seq: None,
-        });
-        let mut out = Vec::new();
-        s.ready(Instant::now(), |_| true, &mut out);
-        let b1 = out.pop().unwrap();
-        let b0 = out.pop().unwrap();
+        let (mut s, b0, b1) = two_sealed((9, 3), vec![0], vec![1]);
         s.on_back((1, 0));
         s.hold(b0, None, true);
         s.on_back((1, 0));
