@@ -158,7 +158,7 @@ pub struct Router {
     topics: Vec<TopicSlot>,
     /// Slots that hold (or held) a lookup, so timers look at those rather than at every
     /// topic: with thousands of topics a scan per wake-up cost more than the messages.
-    /// Cleaned lazily ([`Router::lookup_slots`]).
+    /// Cleaned lazily ([`Router::prune_lookups`]).
     lookups: Vec<usize>,
     batches: FastMap<BatchKey, Open>,
     /// When per-topic batches expire, earliest first: (deadline, key) pushed whenever a
@@ -392,7 +392,7 @@ impl Router {
         }
         // Lookups that waited too long: the topic does not exist (or was not created).
         let wait = self.cfg.delivery.unknown_topic_wait;
-        self.lookup_slots();
+        self.prune_lookups();
         let expired: Vec<usize> = self
             .lookups
             .iter()
@@ -464,7 +464,7 @@ impl Router {
     }
 
     /// Drops the slots that no longer hold a lookup from `lookups`.
-    fn lookup_slots(&mut self) {
+    fn prune_lookups(&mut self) {
         let topics = &mut self.topics;
         self.lookups.retain(|&i| {
             let keep = topics[i].lookup.is_some();

@@ -43,7 +43,7 @@ impl Router {
         let autocreate = self.cfg.delivery.topic_autocreate;
         let answer_seq = self.full_fetch_seq + 1;
         let mut wanted: Vec<Arc<[u8]>> = Vec::new();
-        self.lookup_slots();
+        self.prune_lookups();
         for &i in &self.lookups {
             let slot = &mut self.topics[i];
             let Some(l) = slot.lookup.as_mut() else {
