@@ -187,6 +187,11 @@ pub struct Sequencer<B> {
     parts: FastMap<PartKey, Part<B>>,
     /// Partitions that may have something to send.
     dirty: HashSet<PartKey, BuildHasherDefault<FoldHash>>,
+    /// Partitions with something to send whose leader was not sendable when last looked
+    /// at: not looked at again until [`Sequencer::unpark_all`] (the caller's view of
+    /// leaders changed) or an event of their own marks them dirty. Without this, every
+    /// call rescanned every partition of a broker that is down.
+    parked: HashSet<PartKey, BuildHasherDefault<FoldHash>>,
     /// Sealed batches out with dispatchers, all partitions.
     in_flight: usize,
     /// Reused key buffer for [`Sequencer::ready`].
@@ -205,6 +210,7 @@ impl<B: Sealable> Sequencer<B> {
             mode: Mode::Pending { asked: false },
             parts: FastMap::default(),
             dirty: HashSet::default(),
+            parked: HashSet::default(),
             in_flight: 0,
             scan: Vec::new(),
         }
@@ -252,7 +258,12 @@ impl<B: Sealable> Sequencer<B> {
                     self.dirty.remove(&k);
                     continue;
                 }
-                if p.not_before.is_some_and(|t| now < t) || !sendable(k) {
+                if p.not_before.is_some_and(|t| now < t) {
+                    continue;
+                }
+                if !sendable(k) {
+                    self.dirty.remove(&k);
+                    self.parked.insert(k);
                     continue;
                 }
                 p.not_before = None;
@@ -270,6 +281,8 @@ impl<B: Sealable> Sequencer<B> {
                 continue;
             }
             if !sendable(k) {
+                self.dirty.remove(&k);
+                self.parked.insert(k);
                 continue;
             }
             while p.window.len() < MAX_IN_FLIGHT_PER_PARTITION {
@@ -517,6 +530,13 @@ impl<B: Sealable> Sequencer<B> {
             }
         }
         self.dirty.clear();
+        self.parked.clear();
+    }
+
+    /// The caller's view of which leaders are sendable changed (metadata, a broker up or
+    /// down): parked partitions are looked at again.
+    pub fn unpark_all(&mut self) {
+        self.dirty.extend(self.parked.drain());
     }
 
     /// Partitions with batches not sealed yet.
@@ -1056,5 +1076,57 @@ mod tests {
         assert_eq!(out.iter().map(|b| b.ids[0]).collect::<Vec<_>>(), [0, 1]);
         assert!(out.iter().all(|b| b.seq.is_none()));
         assert_eq!(s.mode(), Mode::Off);
+    }
+
+    #[test]
+    fn unsendable_partitions_are_parked_until_unparked_or_marked() {
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(1, 0, |_| {});
+        s.submit(TB {
+            part: (1, 0),
+            ids: vec![0],
+            seq: None,
+        });
+        let mut out = Vec::new();
+        let mut asked = 0;
+        s.ready(
+            Instant::now(),
+            |_| {
+                asked += 1;
+                false
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(asked, 1);
+        assert_eq!(s.dirty_parts().count(), 0, "parked, not dirty");
+        // Not asked again while parked...
+        s.ready(
+            Instant::now(),
+            |_| panic!("a parked partition was looked at"),
+            &mut out,
+        );
+        assert!(out.is_empty());
+        // ...until the leaders may have changed.
+        s.unpark_all();
+        s.ready(Instant::now(), |_| true, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].seq.map(|q| q.base), Some(0));
+        // An event of its own (a new batch) brings a parked partition back too.
+        s.submit(TB {
+            part: (2, 0),
+            ids: vec![1],
+            seq: None,
+        });
+        s.ready(Instant::now(), |_| false, &mut out);
+        assert_eq!(out.len(), 1);
+        s.submit(TB {
+            part: (2, 0),
+            ids: vec![2],
+            seq: None,
+        });
+        s.ready(Instant::now(), |_| true, &mut out);
+        assert_eq!(out.len(), 3, "both batches of (2, 0) once it is sendable");
     }
 }

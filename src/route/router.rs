@@ -173,6 +173,11 @@ pub struct Router {
     groups: crate::pipeline::TopicGroups,
     next_batch_expiry: Option<Instant>,
     brokers: HashMap<i32, Broker>,
+    /// Counts changes to `brokers` (added, removed, up or down): with the cluster view's
+    /// generation, tells the sequencer when partitions it parked may be sendable again.
+    broker_changes: u64,
+    /// `(cluster generation, broker_changes)` and the time of the last unpark.
+    seq_unparked: ((u64, u64), Instant),
     /// Batches waiting out a retry backoff.
     delayed: Vec<(Instant, Batch)>,
     /// Batches waiting for fresh metadata before they are routed again.
@@ -242,6 +247,8 @@ impl Router {
             groups: Default::default(),
             next_batch_expiry: None,
             brokers: HashMap::new(),
+            broker_changes: 0,
+            seq_unparked: ((0, 0), now),
             delayed: Vec::new(),
             awaiting_metadata: Vec::new(),
             full_fetch_in_flight: false,

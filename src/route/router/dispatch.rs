@@ -70,6 +70,7 @@ impl Router {
                 self.metrics,
                 self.ch.to_router.clone(),
             );
+            self.broker_changes += 1;
             self.brokers.insert(
                 leader,
                 Broker {
@@ -93,6 +94,7 @@ impl Router {
                 // The dispatcher thread ended (it only does so when told to stop).
                 log::error!("dispatcher for broker {leader} is gone; rerouting");
                 self.brokers.remove(&leader);
+                self.broker_changes += 1;
                 if batch.seq.is_some() {
                     return self.hold_sealed(batch);
                 }

@@ -20,6 +20,7 @@ impl Router {
             Outcome::Connection { broker, up } => {
                 if let Some(b) = self.brokers.get_mut(&broker) {
                     b.up = up;
+                    self.broker_changes += 1;
                 }
                 if up {
                     self.flush_backlog(broker);

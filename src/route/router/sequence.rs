@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// Pause before asking again when the fetcher's queue was full.
 const ID_REQUEST_RETRY: Duration = Duration::from_millis(50);
+/// Longest a partition stays parked as unsendable without being looked at again.
+const SEQ_UNPARK_MAX: Duration = Duration::from_secs(1);
 
 impl Router {
     /// A new batch (counted as SendWait) for its partition: with idempotence it waits in
@@ -30,6 +32,16 @@ impl Router {
     pub(super) fn pump_sequence(&mut self) {
         if matches!(self.seq.mode(), Mode::Off) {
             return;
+        }
+        // Partitions parked as unsendable are looked at again when leaders or brokers
+        // changed, and at least every SEQ_UNPARK_MAX (in case a change went unseen).
+        let now = Instant::now();
+        let view = (self.cluster.generation, self.broker_changes);
+        if view != self.seq_unparked.0
+            || now.saturating_duration_since(self.seq_unparked.1) >= SEQ_UNPARK_MAX
+        {
+            self.seq.unpark_all();
+            self.seq_unparked = (view, now);
         }
         // A partition may send when its leader is known and not known to be down.
         let mut dirty = std::mem::take(&mut self.dirty_scan);
@@ -48,8 +60,7 @@ impl Router {
             }
         }
         let mut out = std::mem::take(&mut self.sealed);
-        self.seq
-            .ready(Instant::now(), |k| sendable.contains_key(&k), &mut out);
+        self.seq.ready(now, |k| sendable.contains_key(&k), &mut out);
         self.sendable = sendable;
         self.dirty_scan = dirty;
         for b in out.drain(..) {

@@ -202,6 +202,7 @@ impl Router {
             .collect();
         for id in stale {
             if let Some(b) = self.brokers.remove(&id) {
+                self.broker_changes += 1;
                 log::info!("broker {id} left the metadata or moved; stopping its dispatcher");
                 for batch in b.backlog {
                     self.awaiting_metadata.push(batch);
