@@ -80,12 +80,12 @@ struct TopicSlot {
     view: Option<TopicView>,
     generation: u64,
     rr: usize,
-    lookup: Option<Lookup>,
+    lookup: Option<Box<Lookup>>,
     /// Until when the topic counts as bad without asking again.
     bad_until: Option<Instant>,
     /// Batching, compression, rate limit and partitioner of the topic (resolved once).
     policy: Option<TopicPolicy>,
-    limiter: Option<RateLimiter>,
+    limiter: Option<Box<RateLimiter>>,
     /// Round-robin counter for combined-topics batches.
     rr_combined: usize,
     /// Listed in `Router::lookups`.

@@ -109,7 +109,7 @@ impl Router {
         slot.policy = Some(p);
         slot.limiter = p
             .rate_limit
-            .map(|r| RateLimiter::new(r.interval, r.max_count));
+            .map(|r| Box::new(RateLimiter::new(r.interval, r.max_count)));
         p
     }
 
@@ -275,12 +275,12 @@ impl Router {
         match slot.lookup.as_mut() {
             Some(l) => l.msgs.push(m),
             None => {
-                slot.lookup = Some(Lookup {
+                slot.lookup = Some(Box::new(Lookup {
                     asked_at: None,
                     next_try: ask.then_some(now),
                     answer_seq: 0,
                     msgs: vec![m],
-                });
+                }));
                 if !std::mem::replace(&mut slot.listed, true) {
                     self.lookups.push(t as usize);
                 }
