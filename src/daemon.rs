@@ -184,12 +184,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     {
         Ok(s) => s,
         Err(e) => {
-            signal_handle.close();
-            let _ = sig_thread.join();
-            if let Some(w) = commit_points {
-                w.stop();
-            }
-            status.stop();
+            stop_early(signal_handle, sig_thread, commit_points, status);
             return Err(e.into());
         }
     };
@@ -302,12 +297,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             if let Some(s) = spool_sync {
                 s.stop();
             }
-            signal_handle.close();
-            let _ = sig_thread.join();
-            if let Some(w) = commit_points {
-                w.stop();
-            }
-            status.stop();
+            stop_early(signal_handle, sig_thread, commit_points, status);
             return Err(e.into());
         }
     };
@@ -406,6 +396,22 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         by_reason.join(" ")
     );
     Ok(())
+}
+
+/// Start-up failed after the signal thread started: stops what was started before it
+/// (the status server, the commit-points writer and the signal thread).
+fn stop_early(
+    signal_handle: signal_hook::iterator::Handle,
+    sig_thread: std::thread::JoinHandle<()>,
+    commit_points: Option<StateWriter>,
+    status: crate::report::status::StatusHandle,
+) {
+    signal_handle.close();
+    let _ = sig_thread.join();
+    if let Some(w) = commit_points {
+        w.stop();
+    }
+    status.stop();
 }
 
 /// Starts the commit points state file writer when `commit_points.path` is set. The file

@@ -852,8 +852,7 @@ fn run_daemon(
             .spawn(move || sender::send(&sock, &load, stall))
             .map_err(|e| e.to_string())?
     };
-    let hard_deadline = Instant::now() + Duration::from_secs(600);
-    let mut last_progress = (0u64, Instant::now());
+    let mut watch = ProgressWatch::new(stall);
     let mut last_scrape = Instant::now();
     // With many topics /metrics is large (a few dozen lines per topic): scraping it costs
     // dory and the bench CPU, so the invariant is checked less often during the run.
@@ -871,7 +870,7 @@ fn run_daemon(
             problems.push(format!("dory exited with {s} during the run"));
             break;
         }
-        let mut progress = last_progress.0;
+        let mut progress = watch.last;
         if let Broker::Sink(s) = &broker {
             progress = s.records();
             if progress >= n {
@@ -897,16 +896,8 @@ fn run_daemon(
                 }
             }
         }
-        if progress != last_progress.0 {
-            last_progress = (progress, Instant::now());
-        } else if last_progress.1.elapsed() > stall {
-            problems.push(format!(
-                "stalled: no progress for {stall:?} at {progress}/{n}"
-            ));
-            break;
-        }
-        if Instant::now() > hard_deadline {
-            problems.push("hard deadline (600 s) reached".into());
+        if let Some(p) = watch.check(progress, n) {
+            problems.push(p);
             break;
         }
     }
@@ -1215,8 +1206,7 @@ fn run_rdkafka(
     child.go().map_err(|e| format!("rdkafka child: {e}"))?;
 
     let mut problems = Vec::new();
-    let hard_deadline = Instant::now() + Duration::from_secs(600);
-    let mut last_progress = (0u64, Instant::now());
+    let mut watch = ProgressWatch::new(stall);
     let mut done_at = None;
     while done_at.is_none() {
         std::thread::sleep(Duration::from_millis(2));
@@ -1231,16 +1221,8 @@ fn run_rdkafka(
             ));
             break;
         }
-        if progress != last_progress.0 {
-            last_progress = (progress, Instant::now());
-        } else if last_progress.1.elapsed() > stall {
-            problems.push(format!(
-                "stalled: no progress for {stall:?} at {progress}/{n}"
-            ));
-            break;
-        }
-        if Instant::now() > hard_deadline {
-            problems.push("hard deadline (600 s) reached".into());
+        if let Some(p) = watch.check(progress, n) {
+            problems.push(p);
             break;
         }
     }
@@ -1464,4 +1446,41 @@ fn utc(secs: u64) -> String {
         rem / 3600,
         rem % 3600 / 60
     )
+}
+
+/// Ends a wait for a run that stops making progress for `stall`, or lasts past 600 s.
+struct ProgressWatch {
+    last: u64,
+    since: Instant,
+    stall: Duration,
+    deadline: Instant,
+}
+
+impl ProgressWatch {
+    fn new(stall: Duration) -> ProgressWatch {
+        let now = Instant::now();
+        ProgressWatch {
+            last: 0,
+            since: now,
+            stall,
+            deadline: now + Duration::from_secs(600),
+        }
+    }
+
+    /// Records `progress` (of `n`); the problem that ends the wait, if any.
+    fn check(&mut self, progress: u64, n: u64) -> Option<String> {
+        if progress != self.last {
+            self.last = progress;
+            self.since = Instant::now();
+        } else if self.since.elapsed() > self.stall {
+            let stall = self.stall;
+            return Some(format!(
+                "stalled: no progress for {stall:?} at {progress}/{n}"
+            ));
+        }
+        if Instant::now() > self.deadline {
+            return Some("hard deadline (600 s) reached".into());
+        }
+        None
+    }
 }

@@ -187,15 +187,7 @@ impl InputCtx {
             }
         }
         let Some((topic, spooled)) = self.topic(msg.topic) else {
-            // The topic table is full (a client inventing topic names): count it under "".
-            m.received(NO_TOPIC, 1);
-            m.discarded(
-                NO_TOPIC,
-                DiscardReason::BadTopic,
-                1,
-                msg.timestamp,
-                msg.timestamp,
-            );
+            self.topic_table_full(msg.timestamp);
             return;
         };
         let len = msg.key.len() + msg.value.len();
@@ -273,6 +265,14 @@ impl InputCtx {
         });
     }
 
+    /// A message whose topic has no id because the topic table is full (a client inventing
+    /// topic names): received and discarded as `bad_topic` under topic "".
+    fn topic_table_full(&self, timestamp: i64) {
+        self.metrics.received(NO_TOPIC, 1);
+        self.metrics
+            .discarded(NO_TOPIC, DiscardReason::BadTopic, 1, timestamp, timestamp);
+    }
+
     /// The topic's id and whether it is spooled; `None` when the topic table is full.
     fn topic(&self, name: &[u8]) -> Option<(TopicId, bool)> {
         if let Some((last, id, spooled)) = &*self.last_topic.borrow() {
@@ -316,14 +316,7 @@ impl InputCtx {
     pub fn replay(&self, rec: RecordRef<'_>, hold: SpoolRef, out: &mut Vec<Msg>) {
         let m = self.metrics;
         let Some((topic, _)) = self.topic(rec.topic) else {
-            m.received(NO_TOPIC, 1);
-            m.discarded(
-                NO_TOPIC,
-                DiscardReason::BadTopic,
-                1,
-                rec.timestamp,
-                rec.timestamp,
-            );
+            self.topic_table_full(rec.timestamp);
             return;
         };
         let len = rec.key.len() + rec.value.len();

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::Reply;
-use crate::report::commit_points::{Points, TopicPoint, LATENCY_BOUNDS};
+use crate::report::commit_points::{LatencySnapshot, Points, TopicPoint, LATENCY_BOUNDS};
 use crate::report::metrics::{
     Counter, DiscardReason, Health, Idempotence, Metrics, SpoolSnapshot, TopicSnapshot,
 };
@@ -242,13 +242,7 @@ fn prometheus_spool(out: &mut String, m: &Metrics, s: &SpoolSnapshot) {
         "histogram",
         "Duration of each spool group commit (fdatasync).",
     );
-    let h = &s.sync_latency;
-    let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64().to_string());
-    for (le, n) in bounds.chain(["+Inf".to_string()]).zip(h.cumulative) {
-        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
-    }
-    let _ = writeln!(out, "{name}_sum {}", h.sum.as_secs_f64());
-    let _ = writeln!(out, "{name}_count {}", h.count());
+    histogram_series(out, name, "", &s.sync_latency);
     let topics = m.spool_topics();
     let name = "dory_spool_recovered_total";
     family(
@@ -305,14 +299,28 @@ fn prometheus_latency(out: &mut String, m: &Metrics, topics: &[TopicSnapshot], l
         if h.count() == 0 {
             continue;
         }
-        let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64().to_string());
-        for (le, n) in bounds.chain(["+Inf".to_string()]).zip(h.cumulative) {
-            let _ = writeln!(out, "{name}_bucket{{topic=\"{l}\",le=\"{le}\"}} {n}");
-        }
-        let sum = h.sum.as_secs_f64();
-        let _ = writeln!(out, "{name}_sum{{topic=\"{l}\"}} {sum}");
-        let _ = writeln!(out, "{name}_count{{topic=\"{l}\"}} {}", h.count());
+        histogram_series(out, name, &format!("topic=\"{l}\""), &h);
     }
+}
+
+/// One histogram series over [`LATENCY_BOUNDS`]: its buckets, sum and count, each with
+/// `labels` (`key="value",...`, or empty) before `le`.
+fn histogram_series(out: &mut String, name: &str, labels: &str, h: &LatencySnapshot) {
+    let (open, sep, close) = if labels.is_empty() {
+        ("", "", "")
+    } else {
+        ("{", ",", "}")
+    };
+    let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64().to_string());
+    for (le, n) in bounds.chain(["+Inf".to_string()]).zip(h.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "{name}_sum{open}{labels}{close} {}",
+        h.sum.as_secs_f64()
+    );
+    let _ = writeln!(out, "{name}_count{open}{labels}{close} {}", h.count());
 }
 
 /// Commit point gauges (seconds, millisecond precision) and the oldest unacknowledged age.
