@@ -27,7 +27,7 @@ pub struct OpenBatch {
     /// Σ(key + value + 26): the size Kafka will see, capped by `message_max_bytes`.
     kafka_bytes: usize,
     first_arrival: Option<Instant>,
-    /// `first_arrival` plus the time limit, kept so that `add` need not add per message.
+    /// `first_arrival` plus the time limit: the batch's deadline (see `deadline`).
     expires: Option<Instant>,
     /// `expires` changed since [`OpenBatch::take_new_deadline`] last looked.
     new_deadline: bool,
@@ -52,8 +52,8 @@ impl OpenBatch {
     }
 
     /// When the time limit completes this batch, if it is on and the batch is not empty.
-    pub fn deadline(&self, limits: &BatchLimits) -> Option<Instant> {
-        Some(self.first_arrival? + limits.time?)
+    pub fn deadline(&self) -> Option<Instant> {
+        self.expires
     }
 
     /// The batch's deadline if it is new (first message, or an earlier arrival) since the
@@ -226,7 +226,7 @@ mod tests {
         let l = limits(Some(50), None, None);
         let mut b = OpenBatch::default();
         assert!(b.add(msg(p, 1, t0), &l, 1_000_000, t0).batch.is_none());
-        assert_eq!(b.deadline(&l), Some(t0 + Duration::from_millis(50)));
+        assert_eq!(b.deadline(), Some(t0 + Duration::from_millis(50)));
         let later = t0 + Duration::from_millis(60);
         let e = b.add(msg(p, 1, later), &l, 1_000_000, later);
         assert_eq!(e.batch.map(|v| v.len()), Some(2));
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(b.take_new_deadline(), None);
         b.add(msg(p, 1, t0), &l, 1_000_000, t0 + ms(20));
         assert_eq!(b.take_new_deadline(), Some(t0 + ms(100)));
-        assert_eq!(b.deadline(&l), Some(t0 + ms(100)));
+        assert_eq!(b.deadline(), Some(t0 + ms(100)));
         // Expired: the next add completes the batch; the one after starts a new deadline.
         let e = b.add(msg(p, 1, t0 + ms(100)), &l, 1_000_000, t0 + ms(100));
         assert_eq!(e.batch.map(|v| v.len()), Some(4));

@@ -118,12 +118,6 @@ const NO_LIMITS: BatchLimits = BatchLimits {
     bytes: None,
 };
 
-/// An open per-topic (or per-partition) batch with the limits of its topic.
-struct Open {
-    batch: OpenBatch,
-    limits: BatchLimits,
-}
-
 /// Batching key: AnyPartition messages of a topic share one batch (its partition is chosen
 /// when the batch completes); PartitionKey messages batch per partition.
 type BatchKey = (TopicId, Option<i32>);
@@ -160,7 +154,7 @@ pub struct Router {
     /// topic: with thousands of topics a scan per wake-up cost more than the messages.
     /// Cleaned lazily ([`Router::prune_lookups`]).
     lookups: Vec<usize>,
-    batches: FastMap<BatchKey, Open>,
+    batches: FastMap<BatchKey, OpenBatch>,
     /// When per-topic batches expire, earliest first: (deadline, key) pushed whenever a
     /// batch gets a new deadline; an entry whose batch was sent or got a later deadline
     /// since is skipped when it comes up.
@@ -431,16 +425,15 @@ impl Router {
                 continue;
             };
             // Sent since, or refilled with a later deadline (queued on its own): skip.
-            if o.batch.deadline(&o.limits).is_some_and(|d| d <= now) {
-                let msgs = o.batch.take();
+            if o.deadline().is_some_and(|d| d <= now) {
+                let msgs = o.take();
                 self.emit(key, msgs);
             }
         }
-        let combined_limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
         let due: Vec<i32> = self
             .combined
             .iter()
-            .filter(|(_, b)| b.deadline(&combined_limits).is_some_and(|d| now >= d))
+            .filter(|(_, b)| b.deadline().is_some_and(|d| now >= d))
             .map(|(k, _)| *k)
             .collect();
         for broker in due {
@@ -455,12 +448,8 @@ impl Router {
 
     /// The earliest deadline of an open batch (the per-topic ones from the queue).
     fn set_next_batch_expiry(&mut self) {
-        let combined_limits = self.cfg.policies.combined.unwrap_or(NO_LIMITS);
         let per_topic = self.expiries.peek().map(|Reverse((at, _))| *at);
-        let combined = self
-            .combined
-            .values()
-            .filter_map(|b| b.deadline(&combined_limits));
+        let combined = self.combined.values().filter_map(OpenBatch::deadline);
         self.next_batch_expiry = per_topic.into_iter().chain(combined).min();
     }
 

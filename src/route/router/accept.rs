@@ -2,12 +2,11 @@
 //! availability checks, partition choice for keyed messages, and holding messages of an
 //! unknown topic while it is looked up.
 
-use super::{Lookup, Open, Router, TopicSlot, NO_LIMITS};
+use super::{Lookup, Router, TopicSlot, NO_LIMITS};
 use crate::config::policy::{BatchAction, Partitioner, TopicPolicy};
 use crate::pipeline::{Msg, KAFKA_MSG_OVERHEAD};
 use crate::report::metrics::{DiscardReason, QueueState, TopicId};
 use crate::report::msg_debug::DebugFile;
-use crate::route::batcher::OpenBatch;
 use crate::route::cluster::TopicView;
 use crate::route::partitioner::java_partition;
 use crate::route::rate_limit::RateLimiter;
@@ -169,12 +168,9 @@ impl Router {
         let key = (t, partition);
         let max_kafka = self.cfg.batching.message_max_bytes;
         self.metrics.queue_add(t, QueueState::Batch, 1);
-        let open = self.batches.entry(key).or_insert_with(|| Open {
-            batch: OpenBatch::default(),
-            limits,
-        });
-        let emit = open.batch.add(m, &limits, max_kafka, now);
-        if let Some(d) = open.batch.take_new_deadline() {
+        let open = self.batches.entry(key).or_default();
+        let emit = open.add(m, &limits, max_kafka, now);
+        if let Some(d) = open.take_new_deadline() {
             self.queue_expiry(d, key);
         }
         if let Some(msgs) = emit.batch {
@@ -197,12 +193,9 @@ impl Router {
         let max_kafka = self.cfg.batching.message_max_bytes;
         self.metrics.queue_add(t, QueueState::Batch, 1);
         let open = self.combined.entry(broker).or_default();
-        let was_empty = open.is_empty();
         let emit = open.add(m, &limits, max_kafka, now);
-        if was_empty || open.is_empty() {
-            if let Some(d) = open.deadline(&limits) {
-                self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
-            }
+        if let Some(d) = open.take_new_deadline() {
+            self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
         }
         if let Some(msgs) = emit.batch {
             self.emit_combined(broker, msgs);

@@ -125,7 +125,7 @@ impl Router {
     pub(super) fn flush_all_batches(&mut self) {
         let keys: Vec<BatchKey> = self.batches.keys().copied().collect();
         for key in keys {
-            let msgs = self.batches.get_mut(&key).map(|o| o.batch.take());
+            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
             if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
                 self.emit(key, msgs);
             }

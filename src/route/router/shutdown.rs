@@ -25,7 +25,7 @@ impl Router {
     /// Past the deadline: everything the router holds is discarded as `shutdown`.
     pub(super) fn discard_everything_held(&mut self) {
         for key in self.batches.keys().copied().collect::<Vec<_>>() {
-            if let Some(msgs) = self.batches.get_mut(&key).map(|o| o.batch.take()) {
+            if let Some(msgs) = self.batches.get_mut(&key).map(OpenBatch::take) {
                 self.discard_staged(msgs, DiscardReason::Shutdown, QueueState::Batch);
             }
         }
