@@ -1004,18 +1004,8 @@ fn run_daemon(
         extra.insert("broker_cpu_s".into(), json!(b - a));
     }
     if let Broker::Sink(s) = &broker {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = &s.counters;
         let rec = s.records();
-        extra.insert("sink_records".into(), json!(rec));
-        extra.insert("sink_batches".into(), json!(c.batches.load(Relaxed)));
-        extra.insert(
-            "sink_compressed_batches".into(),
-            json!(c.compressed_batches.load(Relaxed)),
-        );
-        extra.insert("sink_record_bytes".into(), json!(c.bytes.load(Relaxed)));
-        extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
-        extra.insert("sink_rejected".into(), json!(c.rejected.load(Relaxed)));
+        sink_report(s, rec, &mut extra, &mut problems);
         if let Some(a) = &final_acc {
             let d = sum(&a.delivered);
             if rec != d {
@@ -1023,15 +1013,6 @@ fn run_daemon(
                     "sink counted {rec} records, dory says {d} delivered"
                 ));
             }
-        }
-        if c.rejected.load(Relaxed) > 0 {
-            problems.push(format!(
-                "sink rejected {} partition batches (bad magic/length/CRC)",
-                c.rejected.load(Relaxed)
-            ));
-        }
-        for e in s.errors() {
-            problems.push(format!("sink: {e}"));
         }
     }
 
@@ -1255,27 +1236,8 @@ fn run_rdkafka(
     if rec != n {
         problems.push(format!("sink counted {rec} records of {n} sent"));
     }
-    let c = &sink.counters;
-    use std::sync::atomic::Ordering::Relaxed;
-    if c.rejected.load(Relaxed) > 0 {
-        problems.push(format!(
-            "sink rejected {} partition batches (bad magic/length/CRC)",
-            c.rejected.load(Relaxed)
-        ));
-    }
-    for e in sink.errors() {
-        problems.push(format!("sink: {e}"));
-    }
     let mut extra = serde_json::Map::new();
-    extra.insert("sink_records".into(), json!(rec));
-    extra.insert("sink_batches".into(), json!(c.batches.load(Relaxed)));
-    extra.insert(
-        "sink_compressed_batches".into(),
-        json!(c.compressed_batches.load(Relaxed)),
-    );
-    extra.insert("sink_record_bytes".into(), json!(c.bytes.load(Relaxed)));
-    extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
-    extra.insert("sink_rejected".into(), json!(c.rejected.load(Relaxed)));
+    sink_report(&sink, rec, &mut extra, &mut problems);
     extra.insert("rdkafka_delivered".into(), json!(report.delivered));
     extra.insert("rdkafka_failed".into(), json!(report.failed));
     extra.insert("rdkafka_cpu_s".into(), json!(report.cpu_s));
@@ -1482,5 +1444,35 @@ impl ProgressWatch {
             return Some("hard deadline (600 s) reached".into());
         }
         None
+    }
+}
+
+/// The counting sink's figures for `--json` (`rec`: the records the run counts) and its
+/// problems: rejected batches, connection errors.
+fn sink_report(
+    s: &sink::Sink,
+    rec: u64,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+    problems: &mut Vec<String>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = &s.counters;
+    extra.insert("sink_records".into(), json!(rec));
+    extra.insert("sink_batches".into(), json!(c.batches.load(Relaxed)));
+    extra.insert(
+        "sink_compressed_batches".into(),
+        json!(c.compressed_batches.load(Relaxed)),
+    );
+    extra.insert("sink_record_bytes".into(), json!(c.bytes.load(Relaxed)));
+    extra.insert("sink_requests".into(), json!(c.requests.load(Relaxed)));
+    let rejected = c.rejected.load(Relaxed);
+    extra.insert("sink_rejected".into(), json!(rejected));
+    if rejected > 0 {
+        problems.push(format!(
+            "sink rejected {rejected} partition batches (bad magic/length/CRC)"
+        ));
+    }
+    for e in s.errors() {
+        problems.push(format!("sink: {e}"));
     }
 }
