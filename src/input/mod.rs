@@ -216,12 +216,13 @@ impl InputCtx {
         };
         payload.write_at(0, msg.key);
         payload.write_at(msg.key.len(), msg.value);
+        let partition_key = match msg.kind {
+            Kind::AnyPartition => None,
+            Kind::PartitionKey(k) => Some(k),
+        };
         if spooled {
             let rec = RecordRef {
-                partition_key: match msg.kind {
-                    Kind::AnyPartition => None,
-                    Kind::PartitionKey(k) => Some(k),
-                },
+                partition_key,
                 timestamp: msg.timestamp,
                 topic: msg.topic,
                 key: msg.key,
@@ -248,10 +249,7 @@ impl InputCtx {
         self.counts.borrow_mut().source = Some(source);
         out.push(Msg {
             topic,
-            partition_key: match msg.kind {
-                Kind::AnyPartition => None,
-                Kind::PartitionKey(k) => Some(k),
-            },
+            partition_key,
             timestamp: msg.timestamp,
             arrival: self.batch_clock.get().unwrap_or_else(Instant::now),
             // Set for the whole batch in `flush`, with the batch's receipt time.
