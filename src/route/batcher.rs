@@ -26,8 +26,8 @@ pub struct OpenBatch {
     bytes: u64,
     /// Σ(key + value + 26): the size Kafka will see, capped by `message_max_bytes`.
     kafka_bytes: usize,
-    first_arrival: Option<Instant>,
-    /// `first_arrival` plus the time limit: the batch's deadline (see `deadline`).
+    /// The earliest arrival of its messages plus the time limit: the batch's deadline
+    /// (see `deadline`).
     expires: Option<Instant>,
     /// `expires` changed since [`OpenBatch::take_new_deadline`] last looked.
     new_deadline: bool,
@@ -68,7 +68,6 @@ impl OpenBatch {
     pub fn take(&mut self) -> Vec<Msg> {
         self.bytes = 0;
         self.kafka_bytes = 0;
-        self.first_arrival = None;
         self.expires = None;
         self.new_deadline = false;
         self.last_len = self.msgs.len();
@@ -81,10 +80,11 @@ impl OpenBatch {
         }
         self.bytes += m.batch_size() as u64;
         self.kafka_bytes += m.payload.len() + KAFKA_MSG_OVERHEAD;
-        if self.first_arrival.is_none_or(|a| m.arrival < a) {
-            self.first_arrival = Some(m.arrival);
-            self.expires = time.and_then(|t| m.arrival.checked_add(t));
-            self.new_deadline = true;
+        if let Some(e) = time.and_then(|t| m.arrival.checked_add(t)) {
+            if self.expires.is_none_or(|cur| e < cur) {
+                self.expires = Some(e);
+                self.new_deadline = true;
+            }
         }
         self.msgs.push(m);
     }
