@@ -35,10 +35,13 @@ pub struct CeilingRun {
     pub secs: f64,
     /// CPU time of the receiving thread (user + system).
     pub receiver_cpu_s: f64,
+    /// Context switches of the receiving thread: (voluntary, involuntary).
+    pub receiver_switches: (u64, u64),
     pub sender_secs: f64,
     /// CPU time of the sending thread.
     pub sender_cpu_s: f64,
     pub sender_calls: u64,
+    pub sender_switches: (u64, u64),
 }
 
 const VLEN: usize = 64;
@@ -49,6 +52,14 @@ pub fn thread_cpu_s() -> f64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Context switches of the calling thread so far: (voluntary, involuntary).
+pub fn thread_switches() -> (u64, u64) {
+    // SAFETY: getrusage writes an rusage we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
 }
 
 /// Binds `path`, receives `load.count` datagrams sent by [`sender::send`] in another
@@ -79,25 +90,27 @@ pub fn run(path: &Path, load: &Load, mode: Mode, stall: Duration) -> io::Result<
         .map_err(|_| io::Error::other("receiver panicked"))?;
     let _ = std::fs::remove_file(path);
     let sent = sent?;
-    let (received, last, cpu) = received?;
+    let (received, last, cpu, switches) = received?;
     Ok(CeilingRun {
         received,
         secs: last.saturating_duration_since(sent.start).as_secs_f64(),
         receiver_cpu_s: cpu,
+        receiver_switches: switches,
         sender_secs: (sent.end - sent.start).as_secs_f64(),
         sender_calls: sent.calls,
         sender_cpu_s: sent.cpu_s,
+        sender_switches: sent.switches,
     })
 }
 
-/// Returns (datagrams, time of the last one, thread CPU seconds).
+/// Returns (datagrams, time of the last one, thread CPU seconds, context switches).
 fn receive(
     sock: UnixDatagram,
     count: u64,
     dgram: usize,
     mode: Mode,
     stall: Duration,
-) -> io::Result<(u64, Instant, f64)> {
+) -> io::Result<(u64, Instant, f64, (u64, u64))> {
     let fd = sock.as_raw_fd();
     // Room for one byte more than expected, so a wrong size would show as truncation.
     let slot = (dgram + 1).next_power_of_two().max(2048);
@@ -114,6 +127,7 @@ fn receive(
         hdrs[j].msg_hdr.msg_iovlen = 1;
     }
     let cpu0 = thread_cpu_s();
+    let switches0 = thread_switches();
     let mut got = 0u64;
     let mut bad = 0u64;
     let mut last = Instant::now();
@@ -173,12 +187,14 @@ fn receive(
         }
     }
     let cpu = thread_cpu_s() - cpu0;
+    let switches1 = thread_switches();
+    let switches = (switches1.0 - switches0.0, switches1.1 - switches0.1);
     if bad > 0 {
         return Err(io::Error::other(format!(
             "ceiling receiver: {bad} datagrams of unexpected size"
         )));
     }
-    Ok((got, last, cpu))
+    Ok((got, last, cpu, switches))
 }
 
 /// One `recvmmsg` call into `hdrs` (no timeout argument: the socket's own applies).

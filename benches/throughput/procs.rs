@@ -113,15 +113,67 @@ pub fn threads_cpu_s(pid: u32) -> io::Result<BTreeMap<String, f64>> {
         ) else {
             continue; // exited meanwhile
         };
-        // Per-broker threads differ only by the broker id: one line for all of them.
-        let name: String = comm
-            .trim()
-            .chars()
-            .map(|c| if c.is_ascii_digit() { 'N' } else { c })
-            .collect();
-        *out.entry(name).or_insert(0.0) += stat_cpu_s(&stat)?;
+        *out.entry(thread_kind(&comm)).or_insert(0.0) += stat_cpu_s(&stat)?;
     }
     Ok(out)
+}
+
+/// Makes `cmd`'s process (and so all its threads) run only on `cpus`.
+pub fn set_cpus(cmd: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: cpu_set_t is a plain bit set for which all-zero bytes are the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: CPU_SET ignores numbers beyond the set's size.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: the closure only calls sched_setaffinity (async-signal-safe) on a set copied
+    // into it; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Context switches per thread name of a live process (threads of the same name added
+/// together, as in [`threads_cpu_s`]): voluntary (the thread slept: a blocking read, a
+/// futex wait) and involuntary (another thread was given its CPU: preempted or yielded).
+/// Each is a wake-up or a preemption, the costly events on a small virtual machine.
+pub fn threads_switches(pid: u32) -> io::Result<BTreeMap<String, (u64, u64)>> {
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = entry?.path();
+        let (Ok(status), Ok(comm)) = (
+            fs::read_to_string(path.join("status")),
+            fs::read_to_string(path.join("comm")),
+        ) else {
+            continue; // exited meanwhile
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let e = out.entry(thread_kind(&comm)).or_insert((0, 0));
+        e.0 += field("voluntary_ctxt_switches:");
+        e.1 += field("nonvoluntary_ctxt_switches:");
+    }
+    Ok(out)
+}
+
+/// A thread's name with digits replaced: per-broker threads differ only by the broker id,
+/// so all of them make one line.
+fn thread_kind(comm: &str) -> String {
+    comm.trim()
+        .chars()
+        .map(|c| if c.is_ascii_digit() { 'N' } else { c })
+        .collect()
 }
 
 fn stat_cpu_s(stat: &str) -> io::Result<f64> {

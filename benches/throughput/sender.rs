@@ -84,6 +84,9 @@ pub struct Sent {
     /// CPU time (user + system) of the sending thread between `start` and `end`: what
     /// the producing application spends handing the messages over.
     pub cpu_s: f64,
+    /// Context switches of the sending thread between `start` and `end`: (voluntary,
+    /// involuntary). A voluntary one is a send that blocked on a full socket queue.
+    pub switches: (u64, u64),
 }
 
 /// Encodes one AnyPartition v0 message (ApiKey 256, version 0) into `out`:
@@ -171,6 +174,7 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
     let mut seq = 0u64;
     let mut calls = 0u64;
     let cpu0 = crate::ceiling::thread_cpu_s();
+    let switches0 = crate::ceiling::thread_switches();
     let start = Instant::now();
     while seq < load.count {
         let batch = k.min((load.count - seq) as usize);
@@ -229,5 +233,9 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
         end,
         calls,
         cpu_s: crate::ceiling::thread_cpu_s() - cpu0,
+        switches: {
+            let s1 = crate::ceiling::thread_switches();
+            (s1.0 - switches0.0, s1.1 - switches0.1)
+        },
     })
 }
