@@ -241,6 +241,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                     }
                 }
                 let _done = Done(router_done_tx);
+                crate::pipeline::batch_scheduling("router");
                 Router::new(
                     cfg,
                     metrics,

@@ -346,6 +346,41 @@ impl TopicGroups {
     }
 }
 
+/// Marks the calling thread as throughput work for the scheduler (`SCHED_BATCH`): when it
+/// is woken it does not preempt the thread running on that CPU, typically the input that
+/// woke it, but waits for that thread to sleep or yield, or for its time slice to end.
+/// Used by the router and the dispatchers: an input woken by clients is what keeps
+/// clients from blocking, so it keeps its CPU. Any thread may ask this; failure (not Linux,
+/// a seccomp filter) only logs.
+pub fn batch_scheduling(thread: &str) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        log::debug!(
+            "{thread}: cannot use SCHED_BATCH: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod batch_scheduling_tests {
+    #[test]
+    fn only_the_calling_thread_becomes_batch() {
+        // SAFETY (both calls): pid 0 is the calling thread; no pointers.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let before = policy();
+        let inside = std::thread::spawn(move || {
+            super::batch_scheduling("test");
+            policy()
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(inside, libc::SCHED_BATCH);
+        assert_eq!(policy(), before, "the caller's own policy is untouched");
+    }
+}
+
 #[cfg(test)]
 mod topic_groups_tests {
     use super::*;

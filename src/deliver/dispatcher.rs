@@ -186,7 +186,10 @@ pub fn spawn(
     };
     let thread = std::thread::Builder::new()
         .name(format!("dispatcher-{id}"))
-        .spawn(move || sender.run())
+        .spawn(move || {
+            crate::pipeline::batch_scheduling("dispatcher");
+            sender.run()
+        })
         .map_err(|e| log::error!("cannot start dispatcher thread for broker {id}: {e}"))
         .ok();
     DispatcherHandle {

@@ -211,7 +211,13 @@ fn run(
                             if !poller.keep_polling(now) {
                                 break;
                             }
-                            std::hint::spin_loop();
+                            // Poll by yielding rather than spinning: the kernel often
+                            // wakes a blocked sender on this very CPU, and the router
+                            // (SCHED_BATCH) waits for this thread to step aside; a
+                            // spin would only keep both from running. With nothing
+                            // else runnable here, the call returns at once.
+                            // SAFETY: no arguments, no memory.
+                            unsafe { libc::sched_yield() };
                         }
                     }
                 }
