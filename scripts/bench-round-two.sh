@@ -3,6 +3,8 @@
 # librdkafka, 1,000 and 10,000 topics, lz4 and zstd with text values, paced at 100,000
 # msgs/s. Prints each invocation's table; the full output goes to the file given (default
 # target/bench-round-two.log). Takes a few minutes on a 2-vCPU VM; run it on a quiet host.
+# DORY_CPUS=1 runs dory on CPU 1 only (as systemd's CPUAffinity=1 would; see
+# doc/performance.md, "Round three").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log=${1:-target/bench-round-two.log}
@@ -11,7 +13,8 @@ run() {
     local name=$1
     shift
     echo "### $name $(date -u +%H:%M:%S)"
-    cargo bench --bench throughput -- "$@" 2>&1 | grep -v '^\s*\(Compiling\|Finished\|Running\)'
+    cargo bench --bench throughput -- ${DORY_CPUS:+--dory-cpus "$DORY_CPUS"} "$@" 2>&1 |
+        grep -v '^\s*\(Compiling\|Finished\|Running\)'
 }
 {
     run main --targets ceiling,sink,rdkafka --topics 1,10 --runs 3

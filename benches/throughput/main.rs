@@ -303,6 +303,9 @@ fn real_main(o: Opts) -> Result<(), String> {
         },
         env["machine"].as_str().unwrap_or(""),
     ));
+    if !o.dory_cpus.is_empty() {
+        ctx.say(&format!("dory runs on CPU(s) {:?} only", o.dory_cpus));
+    }
     if !ctx.rdkafka_conf.is_empty() {
         let conf: Vec<String> = ctx
             .rdkafka_conf
