@@ -292,6 +292,8 @@ fn unit_declares_notify_watchdog_and_hardening() {
         ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
         ("CapabilityBoundingSet", ""),
         ("SystemCallFilter", "@system-service"),
+        // The router and dispatchers ask for SCHED_BATCH (@resources is filtered out).
+        ("SystemCallFilter", "sched_setscheduler"),
     ] {
         assert!(
             unit_values(&unit, key).iter().any(|v| v == want),
