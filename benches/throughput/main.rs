@@ -661,10 +661,11 @@ impl Ctx<'_> {
         sink_rate
     }
 
-    /// Issue 13's targets for dory -> sink, each marked ok / MISSED: 1 and 10 topics,
-    /// >= 0.85 x ceiling and dory's CPU per message <= 1.25 x the ceiling receiver's;
-    /// 1,000 topics and more, or compressed, >= 0.75 x ceiling, RSS <= pool + 64 MiB. Paced
-    /// runs have no ratio: their CPU is compared with a full-speed run by hand.
+    /// Issue 13's targets for dory -> sink, each marked ok / MISSED: for 1 and 10 topics,
+    /// at least 0.85 x ceiling and dory's CPU per message at most 1.25 x the ceiling
+    /// receiver's; for 1,000 topics and more, or compressed, at least 0.75 x ceiling and
+    /// RSS at most pool + 64 MiB. Paced runs have no ratio: their CPU is compared with a
+    /// full-speed run by hand.
     fn issue_targets(
         &self,
         topic_count: usize,
