@@ -891,8 +891,7 @@ fn run_daemon(
     };
     let machine0 = CpuSnapshot::take(&pids);
     let cpu0 = daemon.cpu_s().map_err(|e| e.to_string())?;
-    let threads0 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
-    let switches0 = procs::threads_switches(daemon.pid()).unwrap_or_default();
+    let threads0 = procs::threads_stats(daemon.pid()).unwrap_or_default();
     let broker_cpu0 = match &broker {
         Broker::Tansu(t) => t.proc.cpu_s().ok(),
         Broker::Sink(_) => None,
@@ -1024,8 +1023,7 @@ fn run_daemon(
         std::thread::sleep(Duration::from_millis(10));
     };
     let cpu1 = daemon.cpu_s().map_err(|e| e.to_string())?;
-    let threads1 = procs::threads_cpu_s(daemon.pid()).unwrap_or_default();
-    let switches1 = procs::threads_switches(daemon.pid()).unwrap_or_default();
+    let threads1 = procs::threads_stats(daemon.pid()).unwrap_or_default();
     let (other_cores, steal_cores) = machine0.others_since(&CpuSnapshot::take(&pids));
     let rss = daemon.peak_rss().ok();
     let broker_cpu1 = match &broker {
@@ -1064,20 +1062,26 @@ fn run_daemon(
     // Per thread, CPU seconds per million messages.
     let per_thread: BTreeMap<String, f64> = threads1
         .iter()
-        .map(|(name, c1)| {
-            let c0 = threads0.get(name).copied().unwrap_or(0.0);
-            (name.clone(), (c1 - c0) / n as f64 * 1e6)
+        .map(|(name, t1)| {
+            let c0 = threads0.get(name).map_or(0.0, |t0| t0.cpu_s);
+            (name.clone(), (t1.cpu_s - c0) / n as f64 * 1e6)
         })
         .filter(|(_, c)| *c > 0.0)
         .collect();
     extra.insert("daemon_threads_cpu_s_per_million".into(), json!(per_thread));
     // Per thread, context switches per million messages: [voluntary, involuntary].
     let per_m = |a: u64, b: u64| a.saturating_sub(b) * 1_000_000 / n.max(1);
-    let mut per_thread_switches: BTreeMap<String, [u64; 2]> = switches1
+    let mut per_thread_switches: BTreeMap<String, [u64; 2]> = threads1
         .iter()
-        .map(|(name, &(v1, i1))| {
-            let (v0, i0) = switches0.get(name).copied().unwrap_or((0, 0));
-            (name.clone(), [per_m(v1, v0), per_m(i1, i0)])
+        .map(|(name, t1)| {
+            let t0 = threads0.get(name).copied().unwrap_or_default();
+            (
+                name.clone(),
+                [
+                    per_m(t1.voluntary, t0.voluntary),
+                    per_m(t1.involuntary, t0.involuntary),
+                ],
+            )
         })
         .filter(|(_, [v, i])| v + i > 1000)
         .collect();

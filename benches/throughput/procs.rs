@@ -101,19 +101,35 @@ pub fn proc_cpu_s(pid: u32) -> io::Result<f64> {
     stat_cpu_s(&fs::read_to_string(format!("/proc/{pid}/stat"))?)
 }
 
-/// CPU seconds (utime + stime) per thread name of a live process, threads of the same
+/// What one look at a thread (or at all threads of one name) finds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadStats {
+    /// CPU seconds, utime + stime.
+    pub cpu_s: f64,
+    /// Context switches where the thread slept (a blocking read, a futex wait).
+    pub voluntary: u64,
+    /// Context switches where another thread was given its CPU (preempted or yielded).
+    /// Both kinds are wake-ups or preemptions, the costly events on a small VM.
+    pub involuntary: u64,
+}
+
+/// CPU time and context switches per thread name of a live process, threads of the same
 /// name (one per broker, say) added together. Threads that already exited are missing.
-pub fn threads_cpu_s(pid: u32) -> io::Result<BTreeMap<String, f64>> {
+pub fn threads_stats(pid: u32) -> io::Result<BTreeMap<String, ThreadStats>> {
     let mut out = BTreeMap::new();
     for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
         let path = entry?.path();
-        let (Ok(stat), Ok(comm)) = (
+        let (Ok(stat), Ok(status), Ok(comm)) = (
             fs::read_to_string(path.join("stat")),
+            fs::read_to_string(path.join("status")),
             fs::read_to_string(path.join("comm")),
         ) else {
             continue; // exited meanwhile
         };
-        *out.entry(thread_kind(&comm)).or_insert(0.0) += stat_cpu_s(&stat)?;
+        let e: &mut ThreadStats = out.entry(thread_kind(&comm)).or_default();
+        e.cpu_s += stat_cpu_s(&stat)?;
+        e.voluntary += status_value(&status, "voluntary_ctxt_switches:").unwrap_or(0);
+        e.involuntary += status_value(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
     }
     Ok(out)
 }
@@ -137,34 +153,6 @@ pub fn set_cpus(cmd: &mut Command, cpus: &[usize]) {
             Ok(())
         });
     }
-}
-
-/// Context switches per thread name of a live process (threads of the same name added
-/// together, as in [`threads_cpu_s`]): voluntary (the thread slept: a blocking read, a
-/// futex wait) and involuntary (another thread was given its CPU: preempted or yielded).
-/// Each is a wake-up or a preemption, the costly events on a small virtual machine.
-pub fn threads_switches(pid: u32) -> io::Result<BTreeMap<String, (u64, u64)>> {
-    let mut out = BTreeMap::new();
-    for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = entry?.path();
-        let (Ok(status), Ok(comm)) = (
-            fs::read_to_string(path.join("status")),
-            fs::read_to_string(path.join("comm")),
-        ) else {
-            continue; // exited meanwhile
-        };
-        let field = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let e = out.entry(thread_kind(&comm)).or_insert((0, 0));
-        e.0 += field("voluntary_ctxt_switches:");
-        e.1 += field("nonvoluntary_ctxt_switches:");
-    }
-    Ok(out)
 }
 
 /// A thread's name with digits replaced: per-broker threads differ only by the broker id,
@@ -197,11 +185,16 @@ fn stat_cpu_s(stat: &str) -> io::Result<f64> {
 
 fn proc_status_kib(pid: u32, key: &str) -> io::Result<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status_value(&status, key)
+        .ok_or_else(|| io::Error::other(format!("no {key} in /proc/{pid}/status")))
+}
+
+/// The number after `key` (e.g. `"VmHWM:"`) in a `/proc/.../status` text.
+fn status_value(status: &str, key: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("no {key} in /proc/{pid}/status")))
 }
 
 /// A free TCP port on 127.0.0.1 (bound once to let the kernel choose, then released).
