@@ -25,7 +25,7 @@ use crate::pool::{Pool, PoolError};
 use crate::report::commit_points::{StateFile, StateWriter};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::report::status::StatusControl;
-use crate::route::{Router, RouterChannels};
+use crate::route::{Router, RouterChannels, SharedRouter};
 use crate::spool::Spool;
 
 /// Start-up failures; each ends the process with exit status 1.
@@ -209,7 +209,8 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     );
 
     let stop = Arc::new(AtomicBool::new(false));
-    let ctx = InputCtx {
+    let mut ctx = InputCtx {
+        router: None,
         metrics,
         pool,
         to_router,
@@ -228,38 +229,39 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     let fetcher = crate::route::fetcher::spawn(&cfg, metrics, from_router_meta, to_router_meta)
         .map_err(DaemonError::Thread)?;
     let (router_done_tx, router_done) = bounded::<()>(1);
-    let router = {
-        let cfg = cfg.clone();
-        std::thread::Builder::new()
-            .name("router".into())
-            .spawn(move || {
-                // Tells the supervisor when the router ends, even by panic.
-                struct Done(crossbeam_channel::Sender<()>);
-                impl Drop for Done {
-                    fn drop(&mut self) {
-                        let _ = self.0.try_send(());
-                    }
+    let shared_router = Arc::new(SharedRouter::new(
+        Router::new(
+            cfg.clone(),
+            metrics,
+            RouterChannels {
+                from_inputs,
+                spare_batches: spare_batches_tx,
+                from_control,
+                from_status,
+                to_meta,
+                from_meta,
+                to_router: to_router_outcome,
+                from_dispatchers,
+            },
+        ),
+        cfg.input.inline_routing,
+    ));
+    ctx.router = Some(shared_router.clone());
+    let router = std::thread::Builder::new()
+        .name("router".into())
+        .spawn(move || {
+            // Tells the supervisor when the router ends, even by panic.
+            struct Done(crossbeam_channel::Sender<()>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    let _ = self.0.try_send(());
                 }
-                let _done = Done(router_done_tx);
-                crate::pipeline::batch_scheduling("router");
-                Router::new(
-                    cfg,
-                    metrics,
-                    RouterChannels {
-                        from_inputs,
-                        spare_batches: spare_batches_tx,
-                        from_control,
-                        from_status,
-                        to_meta,
-                        from_meta,
-                        to_router: to_router_outcome,
-                        from_dispatchers,
-                    },
-                )
-                .run();
-            })
-            .map_err(DaemonError::Thread)?
-    };
+            }
+            let _done = Done(router_done_tx);
+            crate::pipeline::batch_scheduling("router");
+            shared_router.run();
+        })
+        .map_err(DaemonError::Thread)?;
 
     // Every spooled message the last run left is replayed before any new input.
     let spool_sync = match spool {

@@ -174,6 +174,7 @@ pub struct RawInput {
     pub max_stream_msg_size: Option<ByteSize>,
     pub msg_buffer_max: Option<ByteSize>,
     pub busy_poll_us: Option<u64>,
+    pub inline_routing: Option<bool>,
     pub max_topics: Option<u64>,
 }
 
@@ -304,6 +305,9 @@ pub struct InputConfig {
     pub max_stream_msg_size: usize,
     /// Longest spin of the datagram input on an empty queue while senders are ahead of it.
     pub busy_poll: Duration,
+    /// Inputs route their batches on their own thread while the router is idle (see
+    /// `route::SharedRouter`); false: every batch through the router's queue.
+    pub inline_routing: bool,
     /// Distinct topic names tracked (counters, batching); more are discarded as bad_topic.
     pub max_topics: usize,
 }
@@ -680,6 +684,7 @@ impl Config {
                 max_datagram_msg_size: to_usize("input.max_datagram_msg_size", max_datagram)?,
                 max_stream_msg_size: to_usize("input.max_stream_msg_size", max_stream)?,
                 busy_poll: Duration::from_micros(busy_poll_us),
+                inline_routing: input.inline_routing.unwrap_or(true),
                 max_topics: to_usize("input.max_topics", max_topics)?,
             },
             kafka: KafkaConfig {

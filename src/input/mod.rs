@@ -29,6 +29,7 @@ use crate::report::commit_points::tracking_key;
 use crate::report::metrics::{
     now_ms, Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC,
 };
+use crate::route::SharedRouter;
 use crate::spool::format::{encode_record, RecordRef};
 use crate::spool::{Spool, SpoolRef};
 use wire::{ClientMsg, Kind, WireError};
@@ -85,6 +86,9 @@ pub struct InputCtx {
     pub metrics: &'static Metrics,
     pub pool: &'static Pool,
     pub to_router: Sender<Vec<Msg>>,
+    /// The router's shared state: batches are routed on the input's thread when the
+    /// router is idle (see [`SharedRouter`]); `None`: always through `to_router`.
+    pub router: Option<Arc<SharedRouter>>,
     /// Emptied batches the router gave back, reused before allocating new ones.
     pub spare_batches: Receiver<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
@@ -467,6 +471,12 @@ impl InputCtx {
             }
         }
         drop(groups);
+        if let Some(r) = &self.router {
+            if r.try_route(out) {
+                return;
+            }
+            r.queue();
+        }
         let fresh = self
             .spare_batches
             .try_recv()
@@ -549,6 +559,7 @@ mod tests {
         let (to_router, from_inputs) = crossbeam_channel::bounded(16);
         let (_spare_tx, spare_batches) = crossbeam_channel::bounded(1);
         let ctx = InputCtx {
+            router: None,
             metrics,
             pool,
             to_router,

@@ -10,21 +10,25 @@
 //! concerns of the same `impl Router` are child modules in `router/`: `accept.rs` (taking
 //! messages in), `dispatch.rs` (batches to dispatchers), `outcomes.rs` (what dispatchers
 //! hand back), `topics.rs` (metadata and topic lookups), `sequence.rs` (the idempotent
-//! producer's sequencing) and `shutdown.rs`.
+//! producer's sequencing), `shutdown.rs`, and `shared.rs` (the router thread's loop, and
+//! inputs routing their own batches while the router is idle).
 
 mod accept;
 mod dispatch;
 mod outcomes;
 mod sequence;
+mod shared;
 mod shutdown;
 mod topics;
+
+pub use shared::SharedRouter;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select_biased, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::policy::TopicPolicy;
 use crate::config::BatchLimits;
@@ -37,7 +41,7 @@ use crate::pipeline::{
     Batch, Control, FetchRequest, FetchResponse, MetaResponse, Msg, Outcome, ProducerIdError,
     StatusRequest,
 };
-use crate::report::liveness::{QUIET_MAX, TICK as HEARTBEAT_TICK};
+use crate::report::liveness::TICK as HEARTBEAT_TICK;
 use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState, TopicId};
 use crate::route::batcher::OpenBatch;
 use crate::route::cluster::{Cluster, TopicView};
@@ -201,6 +205,11 @@ pub struct Router {
     sealed: Vec<Batch>,
     dirty_scan: Vec<PartKey>,
     sendable: FastMap<PartKey, ()>,
+    /// Input batches taken from the channel and routed (see [`SharedRouter`]).
+    channel_batches_done: u64,
+    /// While the router thread waits: until when (an input routing a batch that needs it
+    /// awake earlier nudges it).
+    asleep_until: Option<Instant>,
 }
 
 impl Router {
@@ -223,6 +232,8 @@ impl Router {
             sealed: Vec::new(),
             dirty_scan: Vec::new(),
             sendable: FastMap::default(),
+            channel_batches_done: 0,
+            asleep_until: None,
             degraded_backoff: Backoff::new(DEGRADED_REFRESH_MIN, DEGRADED_REFRESH_MAX),
             fetch_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
             cfg,
@@ -255,86 +266,37 @@ impl Router {
         }
     }
 
-    /// Runs until shutdown completes: inputs closed and everything delivered or discarded.
-    pub fn run(mut self) {
-        let heartbeat = self.metrics.liveness().register("router", QUIET_MAX);
-        loop {
-            heartbeat.beat();
-            self.start_due_fetches();
-            self.request_producer_id();
-            let ev = self.next_event();
-            let brokers_may_change = !matches!(ev, Event::Input(_));
-            match ev {
-                Event::Control(Control::Shutdown { deadline }) => {
-                    log::info!("router: shutting down, delivering until the deadline");
-                    self.shutdown = Some(deadline);
-                }
-                Event::Outcome(o) => self.on_outcome(o),
-                Event::Meta(m) => self.on_metadata(m),
-                Event::ProducerId(r) => self.on_producer_id(r),
-                Event::Input(msgs) => self.on_input(msgs),
-                Event::InputsClosed => {
-                    self.inputs_open = false;
-                    self.flush_all_batches();
-                }
-                Event::Status(StatusRequest::MetadataUpdate) => {
-                    self.want_full_fetch(Instant::now());
-                }
-                Event::Tick => {}
+    /// Handles one event and what follows it (timers, the sequencer, gauges); true when
+    /// shutdown is complete.
+    fn handle(&mut self, ev: Event) -> bool {
+        let brokers_may_change = !matches!(ev, Event::Input(_));
+        match ev {
+            Event::Control(Control::Shutdown { deadline }) => {
+                log::info!("router: shutting down, delivering until the deadline");
+                self.shutdown = Some(deadline);
             }
-            self.on_timers();
-            self.pump_sequence();
-            if brokers_may_change {
-                self.publish_brokers();
+            Event::Outcome(o) => self.on_outcome(o),
+            Event::Meta(m) => self.on_metadata(m),
+            Event::ProducerId(r) => self.on_producer_id(r),
+            Event::Input(msgs) => {
+                self.on_input(msgs);
+                self.channel_batches_done += 1;
             }
-            if self.shutdown_finished() {
-                break;
+            Event::InputsClosed => {
+                self.inputs_open = false;
+                self.flush_all_batches();
             }
+            Event::Status(StatusRequest::MetadataUpdate) => {
+                self.want_full_fetch(Instant::now());
+            }
+            Event::Tick => {}
         }
-        self.stop_dispatchers();
-    }
-
-    fn next_event(&mut self) -> Event {
-        let timeout = self.next_wakeup().saturating_duration_since(Instant::now());
-        // Borrowed, not cloned (a clone is an atomic add on the channel's counters), and no
-        // timer channel per call: `default(timeout)` waits as long.
-        let closed = crossbeam_channel::never();
-        let inputs = if self.inputs_open {
-            &self.ch.from_inputs
-        } else {
-            &closed
-        };
-        select_biased! {
-            recv(self.ch.from_control) -> c => match c {
-                Ok(c) => Event::Control(c),
-                // The supervisor is gone: treat as a shutdown with the configured delay.
-                Err(_) => {
-                    self.ch.from_control = crossbeam_channel::never();
-                    Event::Control(Control::Shutdown { deadline: Instant::now() + self.cfg.delivery.shutdown_max_delay })
-                }
-            },
-            recv(self.ch.from_dispatchers) -> o => match o {
-                Ok(o) => Event::Outcome(o),
-                Err(_) => Event::Tick,
-            },
-            recv(self.ch.from_meta) -> m => match m {
-                Ok(FetchResponse::Metadata(m)) => Event::Meta(m),
-                Ok(FetchResponse::ProducerId(r)) => Event::ProducerId(r),
-                Err(_) => Event::Tick,
-            },
-            recv(inputs) -> i => match i {
-                Ok(msgs) => Event::Input(msgs),
-                Err(_) => Event::InputsClosed,
-            },
-            recv(self.ch.from_status) -> s => match s {
-                Ok(s) => Event::Status(s),
-                Err(_) => {
-                    self.ch.from_status = crossbeam_channel::never();
-                    Event::Tick
-                }
-            },
-            default(timeout) => Event::Tick,
+        self.on_timers();
+        self.pump_sequence();
+        if brokers_may_change {
+            self.publish_brokers();
         }
+        self.shutdown_finished()
     }
 
     /// Publishes the broker gauges (brokers in metadata, dispatchers connected).

@@ -38,11 +38,18 @@ impl Router {
         slot.view.as_ref()
     }
 
+    /// A batch from the inputs' channel; the emptied vector goes back to the inputs.
     pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>) {
-        let now = Instant::now();
+        self.route_batch(&mut msgs, Instant::now());
+        // Full (inputs are not taking them): let it go.
+        let _ = self.ch.spare_batches.try_send(msgs);
+    }
+
+    /// Routes a batch from an input, leaving `msgs` empty.
+    pub(super) fn route_batch(&mut self, msgs: &mut Vec<Msg>, now: Instant) {
         // They leave the `new` queue: counted per topic for the batch (inputs send runs of
         // a few topics), not per message; whatever waits for a lookup is added back.
-        self.groups.group(&msgs);
+        self.groups.group(msgs);
         for (t, idx) in self.groups.iter() {
             self.metrics
                 .queue_add(t, QueueState::New, -(idx.len() as i64));
@@ -50,8 +57,6 @@ impl Router {
         for m in msgs.drain(..) {
             self.accept_new(m, now);
         }
-        // Full (inputs are not taking them): let it go.
-        let _ = self.ch.spare_batches.try_send(msgs);
     }
 
     /// Validates a new message and batches it (or holds it while its topic is looked up).
