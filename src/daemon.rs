@@ -247,6 +247,9 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         cfg.input.inline_routing,
     ));
     ctx.router = Some(shared_router.clone());
+    if !cfg.input.inline_routing {
+        log::info!("routing: every input batch goes through the router thread (input.inline_routing = false)");
+    }
     let router = std::thread::Builder::new()
         .name("router".into())
         .spawn(move || {

@@ -3,7 +3,8 @@
 //! topic). Thousands of messages go in through all three inputs, malformed datagrams among
 //! them; everything is consumed back with a CRC-checking consumer and compared exactly with
 //! what was sent; `/metrics` must account for every message; SIGTERM must end the daemon
-//! cleanly.
+//! cleanly. One run goes with `input.inline_routing = false` (every batch through the
+//! router thread).
 //!
 //! What the daemon must offer (see `common::Dory::start`): the flags `--broker`,
 //! `--dgram-socket`, `--stream-socket`, `--tcp-port`, `--status-addr`, `--batch-time-ms`
@@ -170,8 +171,25 @@ fn check_clean_shutdown(dory: &mut Dory) {
 
 /// The full delivery scenario against one cluster.
 fn delivery_scenario(brokers: &[String], bootstrap: &str, topic: &str, partitions: i32, seed: u64) {
+    drop(delivery_scenario_with(
+        DoryArgs::new(brokers),
+        bootstrap,
+        topic,
+        partitions,
+        seed,
+    ));
+}
+
+/// [`delivery_scenario`] with dory started from `args`; returns it, stopped.
+fn delivery_scenario_with(
+    args: DoryArgs,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    seed: u64,
+) -> Dory {
     let started = Instant::now();
-    let mut dory = Dory::start(DoryArgs::new(brokers));
+    let mut dory = Dory::start(args);
     dory.wait_ready();
 
     let msgs = generate(seed, topic, TOTAL, now_ms());
@@ -202,6 +220,7 @@ fn delivery_scenario(brokers: &[String], bootstrap: &str, topic: &str, partition
         malformed.len(),
         started.elapsed()
     );
+    dory
 }
 
 #[test]
@@ -214,6 +233,22 @@ fn mock_cluster_gets_every_message_exactly_once() {
         "e2e_mock",
         6,
         0xD0_0001,
+    );
+}
+
+/// The same with every input batch handed to the router thread (`input.inline_routing =
+/// false`), the path a busy router makes inputs take anyway.
+#[test]
+fn mock_cluster_gets_every_message_exactly_once_through_the_router_queue() {
+    let mock = Mock::start(3);
+    mock.create_topic("e2e_queued", 6);
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.config_toml = Some("[input]\ninline_routing = false\n".into());
+    let dory = delivery_scenario_with(args, &mock.bootstrap(), "e2e_queued", 6, 0xD0_0003);
+    assert!(
+        dory.logs().contains("input.inline_routing = false"),
+        "the setting should have been taken:\n{}",
+        dory.logs()
     );
 }
 

@@ -1032,6 +1032,15 @@ mod tests {
     }
 
     #[test]
+    fn inline_routing_is_on_unless_turned_off() {
+        assert!(with_input("").expect("valid").input.inline_routing);
+        let c = with_input("inline_routing = false").expect("valid");
+        assert!(!c.input.inline_routing);
+        let e = with_input("inline_routing = 1").unwrap_err();
+        assert!(e.to_string().contains("inline_routing"), "{e}");
+    }
+
+    #[test]
     fn busy_poll_defaults_and_bounds() {
         let c = with_input("").expect("valid");
         assert_eq!(c.input.busy_poll, Duration::from_micros(50));
