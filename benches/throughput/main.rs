@@ -450,7 +450,7 @@ impl Ctx<'_> {
                 }
                 if let Some(threads) = r
                     .extra
-                    .get("daemon_threads_switches_per_million")
+                    .get("switches_per_million_by_thread")
                     .and_then(|v| v.as_object())
                 {
                     let text: Vec<String> = threads
@@ -764,7 +764,7 @@ fn run_ceiling(load: &Load, t: Target, stall: Duration) -> Result<RunResult, Str
         json!([per_m(c.sender_switches.0), per_m(c.sender_switches.1)]),
     );
     extra.insert(
-        "daemon_threads_switches_per_million".into(),
+        "switches_per_million_by_thread".into(),
         serde_json::Value::Object(switches),
     );
     Ok(RunResult {
@@ -1090,7 +1090,7 @@ fn run_daemon(
         [per_m(sent.switches.0, 0), per_m(sent.switches.1, 0)],
     );
     extra.insert(
-        "daemon_threads_switches_per_million".into(),
+        "switches_per_million_by_thread".into(),
         json!(per_thread_switches),
     );
     extra.insert(
