@@ -25,7 +25,7 @@ use crate::pool::{Pool, PoolError};
 use crate::report::commit_points::{StateFile, StateWriter};
 use crate::report::metrics::{Counter, Health, Metrics, MetricsConfig};
 use crate::report::status::StatusControl;
-use crate::route::{Router, RouterChannels, SharedRouter};
+use crate::route::{Router, RouterChannels, RouterEvents, SharedRouter};
 use crate::spool::Spool;
 
 /// Start-up failures; each ends the process with exit status 1.
@@ -234,12 +234,8 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             cfg.clone(),
             metrics,
             RouterChannels {
-                from_inputs,
                 spare_batches: spare_batches_tx,
-                from_control,
-                from_status,
                 to_meta,
-                from_meta,
                 to_router: to_router_outcome,
                 from_dispatchers,
             },
@@ -262,7 +258,12 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
             }
             let _done = Done(router_done_tx);
             crate::pipeline::batch_scheduling("router");
-            shared_router.run();
+            shared_router.run(RouterEvents {
+                from_inputs,
+                from_control,
+                from_status,
+                from_meta,
+            });
         })
         .map_err(DaemonError::Thread)?;
 

@@ -26,4 +26,4 @@ mod partitioner;
 mod rate_limit;
 pub mod router;
 
-pub use router::{Router, RouterChannels, SharedRouter};
+pub use router::{Router, RouterChannels, RouterEvents, SharedRouter};

@@ -21,7 +21,7 @@ mod shared;
 mod shutdown;
 mod topics;
 
-pub use shared::SharedRouter;
+pub use shared::{RouterEvents, SharedRouter};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -38,8 +38,7 @@ use crate::deliver::dispatcher::{DispatcherConfig, DispatcherHandle};
 use crate::deliver::idempotence::{PartKey, Sequencer};
 use crate::fasthash::FastMap;
 use crate::pipeline::{
-    Batch, Control, FetchRequest, FetchResponse, MetaResponse, Msg, Outcome, ProducerIdError,
-    StatusRequest,
+    Batch, Control, FetchRequest, MetaResponse, Msg, Outcome, ProducerIdError, StatusRequest,
 };
 use crate::report::liveness::TICK as HEARTBEAT_TICK;
 use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState, TopicId};
@@ -63,16 +62,14 @@ const MIN_REFRESH_GAP: Duration = Duration::from_millis(250);
 /// router stops waiting for them.
 const DISPATCHER_JOIN_GRACE: Duration = Duration::from_secs(2);
 
-/// The router's channel ends.
+/// The router state's channel ends (the ones only the router thread waits on are
+/// [`RouterEvents`]).
 pub struct RouterChannels {
-    pub from_inputs: Receiver<Vec<Msg>>,
     /// Emptied input batches go back to the inputs for reuse.
     pub spare_batches: Sender<Vec<Msg>>,
-    pub from_control: Receiver<Control>,
-    pub from_status: Receiver<StatusRequest>,
     pub to_meta: Sender<FetchRequest>,
-    pub from_meta: Receiver<FetchResponse>,
     pub to_router: Sender<Outcome>,
+    /// Also waited on by the router thread; drained at shutdown.
     pub from_dispatchers: Receiver<Outcome>,
 }
 

@@ -40,13 +40,19 @@ pub struct SharedRouter {
     inline: bool,
 }
 
-/// What the router thread waits on, outside the lock.
+/// The channels only the router thread waits on (outside the lock), handed to
+/// [`SharedRouter::run`].
+pub struct RouterEvents {
+    pub from_inputs: Receiver<Vec<Msg>>,
+    pub from_control: Receiver<Control>,
+    pub from_status: Receiver<StatusRequest>,
+    pub from_meta: Receiver<FetchResponse>,
+}
+
+/// Everything the router thread waits on.
 struct Waits {
-    from_control: Receiver<Control>,
+    ev: RouterEvents,
     from_dispatchers: Receiver<Outcome>,
-    from_meta: Receiver<FetchResponse>,
-    from_inputs: Receiver<Vec<Msg>>,
-    from_status: Receiver<StatusRequest>,
     nudge: Receiver<()>,
 }
 
@@ -73,16 +79,13 @@ impl SharedRouter {
 
     /// Runs the router thread until shutdown completes: inputs closed and everything
     /// delivered or discarded.
-    pub fn run(&self) {
+    pub fn run(&self, events: RouterEvents) {
         let (heartbeat, mut waits) = {
             let r = self.lock();
             let heartbeat = r.metrics.liveness().register("router", QUIET_MAX);
             let waits = Waits {
-                from_control: r.ch.from_control.clone(),
+                ev: events,
                 from_dispatchers: r.ch.from_dispatchers.clone(),
-                from_meta: r.ch.from_meta.clone(),
-                from_inputs: r.ch.from_inputs.clone(),
-                from_status: r.ch.from_status.clone(),
                 nudge: self.nudge_rx.clone(),
             };
             (heartbeat, waits)
@@ -146,17 +149,18 @@ impl Waits {
     ) -> Event {
         let timeout = wake_at.saturating_duration_since(Instant::now());
         let closed = crossbeam_channel::never();
+        let ev = &mut self.ev;
         let inputs = if inputs_open {
-            &self.from_inputs
+            &ev.from_inputs
         } else {
             &closed
         };
         select_biased! {
-            recv(self.from_control) -> c => match c {
+            recv(ev.from_control) -> c => match c {
                 Ok(c) => Event::Control(c),
                 // The supervisor is gone: treat as a shutdown with the configured delay.
                 Err(_) => {
-                    self.from_control = crossbeam_channel::never();
+                    ev.from_control = crossbeam_channel::never();
                     Event::Control(Control::Shutdown { deadline: Instant::now() + shutdown_delay })
                 }
             },
@@ -164,7 +168,7 @@ impl Waits {
                 Ok(o) => Event::Outcome(o),
                 Err(_) => Event::Tick,
             },
-            recv(self.from_meta) -> m => match m {
+            recv(ev.from_meta) -> m => match m {
                 Ok(FetchResponse::Metadata(m)) => Event::Meta(m),
                 Ok(FetchResponse::ProducerId(r)) => Event::ProducerId(r),
                 Err(_) => Event::Tick,
@@ -173,10 +177,10 @@ impl Waits {
                 Ok(msgs) => Event::Input(msgs),
                 Err(_) => Event::InputsClosed,
             },
-            recv(self.from_status) -> s => match s {
+            recv(ev.from_status) -> s => match s {
                 Ok(s) => Event::Status(s),
                 Err(_) => {
-                    self.from_status = crossbeam_channel::never();
+                    ev.from_status = crossbeam_channel::never();
                     Event::Tick
                 }
             },
@@ -197,8 +201,8 @@ mod tests {
     use std::sync::Arc;
 
     /// A router with no broker reachable (none is contacted: nothing here starts a fetch),
-    /// and the input's end of its channel.
-    fn shared(inline: bool) -> (SharedRouter, Sender<Vec<Msg>>, &'static Pool) {
+    /// and both ends of the inputs' channel (no router thread runs: tests take from it).
+    fn shared(inline: bool) -> (SharedRouter, Channel, &'static Pool) {
         let metrics: &'static Metrics = Box::leak(Box::new(Metrics::new(MetricsConfig::default())));
         // Topics 1 and 2 of the tests.
         assert_eq!(metrics.topic_id(b"one"), Some(1));
@@ -209,30 +213,26 @@ mod tests {
             ..Overrides::default()
         };
         let cfg = Arc::new(Config::from_parts(RawConfig::default(), false, &ov).expect("config"));
-        let (to_router, from_inputs) = bounded(4);
+        let inputs = bounded(4);
         let (spare_batches, _spare_rx) = bounded(4);
-        let (_control_tx, from_control) = bounded(1);
-        let (_status_tx, from_status) = bounded(1);
         let (to_meta, _meta_rx) = bounded::<FetchRequest>(4);
-        let (_meta_tx, from_meta) = bounded::<FetchResponse>(1);
-        let (to_router_outcome, from_dispatchers) = bounded::<Outcome>(1);
+        let (to_router, from_dispatchers) = bounded::<Outcome>(1);
         let router = Router::new(
             cfg,
             metrics,
             RouterChannels {
-                from_inputs,
                 spare_batches,
-                from_control,
-                from_status,
                 to_meta,
-                from_meta,
-                to_router: to_router_outcome,
+                to_router,
                 from_dispatchers,
             },
         );
         let pool = Pool::new_static(1 << 20).expect("pool");
-        (SharedRouter::new(router, inline), to_router, pool)
+        (SharedRouter::new(router, inline), inputs, pool)
     }
+
+    /// The inputs' channel to the router.
+    type Channel = (Sender<Vec<Msg>>, Receiver<Vec<Msg>>);
 
     fn batch(pool: &'static Pool, topic: u32, n: usize) -> Vec<Msg> {
         (0..n)
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn an_idle_router_routes_on_the_callers_thread() {
-        let (s, _to_router, pool) = shared(true);
+        let (s, _inputs, pool) = shared(true);
         let mut out = batch(pool, 1, 3);
         assert!(s.try_route(&mut out));
         assert!(out.is_empty(), "the batch was taken");
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_batch_still_queued_keeps_later_ones_off_the_inline_path() {
-        let (s, to_router, pool) = shared(true);
+        let (s, (to_router, from_inputs), pool) = shared(true);
         // An earlier batch went through the channel and is not routed yet.
         s.queue();
         to_router.send(batch(pool, 1, 2)).expect("queued");
@@ -268,12 +268,7 @@ mod tests {
         assert!(!s.try_route(&mut out), "would overtake the queued batch");
         assert_eq!(out.len(), 1, "left to the caller");
         // The router thread takes the queued batch; then the inline path opens again.
-        let queued = s
-            .lock()
-            .ch
-            .from_inputs
-            .try_recv()
-            .expect("the queued batch");
+        let queued = from_inputs.try_recv().expect("the queued batch");
         assert!(!s.lock().handle(Event::Input(queued)));
         assert!(s.try_route(&mut out));
         assert_eq!(held(&s, 1), 3);
@@ -295,14 +290,14 @@ mod tests {
 
     #[test]
     fn a_busy_or_disabled_router_leaves_the_batch_to_the_channel() {
-        let (s, _to_router, pool) = shared(true);
+        let (s, _inputs, pool) = shared(true);
         let mut out = batch(pool, 1, 2);
         {
             let _busy = s.lock();
             assert!(!s.try_route(&mut out));
         }
         assert_eq!(out.len(), 2);
-        let (off, _to_router, pool) = shared(false);
+        let (off, _inputs, pool) = shared(false);
         let mut out = batch(pool, 1, 2);
         assert!(!off.try_route(&mut out));
         assert_eq!(out.len(), 2);
@@ -311,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_sleeping_router_is_nudged_only_for_an_earlier_deadline() {
-        let (s, _to_router, pool) = shared(true);
+        let (s, _inputs, pool) = shared(true);
         {
             // As if metadata had come and no fetch were due: the router sleeps until its
             // heartbeat tick.
