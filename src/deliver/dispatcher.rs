@@ -27,6 +27,7 @@ use crossbeam_channel::{bounded, Sender, TrySendError};
 use crate::config::policy::Policies;
 use crate::config::Config;
 use crate::deliver::idempotence::Seq;
+use crate::fasthash::FastMap;
 use crate::kafka::connection::{Connection, Security};
 use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
 use crate::report::metrics::{Metrics, QueueState, TopicId};
@@ -179,6 +180,7 @@ pub fn spawn(
         correlation_id: 0,
         buf: Vec::new(),
         scratch: Vec::new(),
+        part_index: FastMap::default(),
         zstd_warned: AtomicBool::new(false),
         heartbeat: metrics
             .liveness()

@@ -24,7 +24,7 @@ mod topics;
 pub use shared::{RouterEvents, SharedRouter};
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,13 +161,13 @@ pub struct Router {
     /// since is skipped when it comes up.
     expiries: BinaryHeap<Reverse<(Instant, BatchKey)>>,
     /// Combined-topics batches, per destination broker.
-    combined: HashMap<i32, OpenBatch>,
+    combined: FastMap<i32, OpenBatch>,
     /// Reused buffer for message keys (murmur2).
     scratch: Vec<u8>,
     /// Reused for grouping input batches by topic.
     groups: crate::pipeline::TopicGroups,
     next_batch_expiry: Option<Instant>,
-    brokers: HashMap<i32, Broker>,
+    brokers: FastMap<i32, Broker>,
     /// Counts changes to `brokers` (added, removed, up or down): with the cluster view's
     /// generation, tells the sequencer when partitions it parked may be sendable again.
     broker_changes: u64,
@@ -244,11 +244,11 @@ impl Router {
             lookups: Vec::new(),
             batches: FastMap::default(),
             expiries: BinaryHeap::new(),
-            combined: HashMap::new(),
+            combined: FastMap::default(),
             scratch: Vec::new(),
             groups: Default::default(),
             next_batch_expiry: None,
-            brokers: HashMap::new(),
+            brokers: FastMap::default(),
             broker_changes: 0,
             seq_unparked: ((0, 0), now),
             delayed: Vec::new(),
