@@ -29,9 +29,7 @@ pub use connection::{ConnError, Connection, Negotiated, Security, SecurityFailur
 pub use errors::{classify, error_name, is_retriable, ErrorAction};
 pub use metadata::{MetadataBroker, MetadataPartition, MetadataResponse, MetadataTopic};
 pub use primitives::{DecodeError, Reader};
-pub use produce::{
-    ProducePartitionResponse, ProduceRequestWriter, ProduceResponse, ProduceTopicResponse,
-};
+pub use produce::{ProducePartitionResponse, ProduceRequestWriter, ProduceResponse};
 pub use record_batch::{DecodedBatch, DecodedRecord, RecordBatchWriter};
 
 pub const API_KEY_PRODUCE: i16 = 0;

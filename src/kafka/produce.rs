@@ -124,21 +124,20 @@ impl ProduceRequestWriter {
     }
 }
 
+/// A decoded Produce response. Topic names borrow from the frame, and every partition is
+/// one entry of one vector: a response to a request of many topics costs one allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceResponse {
+pub struct ProduceResponse<'a> {
     pub correlation_id: i32,
-    pub topics: Vec<ProduceTopicResponse>,
+    /// Every partition answered, in the response's order.
+    pub partitions: Vec<ProducePartitionResponse<'a>>,
     pub throttle_time_ms: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceTopicResponse {
-    pub name: Vec<u8>,
-    pub partitions: Vec<ProducePartitionResponse>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProducePartitionResponse {
+pub struct ProducePartitionResponse<'a> {
+    /// The topic's name, as the response spells it.
+    pub topic: &'a [u8],
     pub partition: i32,
     pub error_code: i16,
     /// Offset of the first record of the batch; -1 on error.
@@ -146,7 +145,7 @@ pub struct ProducePartitionResponse {
 }
 
 /// Decodes a Produce response frame (size prefix stripped) of `version`.
-pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, DecodeError> {
+pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse<'_>, DecodeError> {
     if !PRODUCE_VERSIONS.contains(version) {
         return Err(DecodeError::UnsupportedVersion { api: API, version });
     }
@@ -154,7 +153,7 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
     let correlation_id = read_response_header(&mut r, false)?;
     // Smallest topic: empty name and partition count.
     let topic_count = r.array_len(2 + 4)?;
-    let mut topics = Vec::with_capacity(topic_count);
+    let mut partitions = Vec::new();
     // Smallest partition: index, error, base offset, log append time (v2+), log start
     // offset (v5+), record errors and error message (v8+).
     let min_partition = 4
@@ -165,8 +164,9 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
         + if version >= 8 { 4 + 2 } else { 0 };
     for _ in 0..topic_count {
         let name = r.string_bytes()?;
+        // Checked against the bytes left, so the reservation is bounded by the frame.
         let partition_count = r.array_len(min_partition)?;
-        let mut partitions = Vec::with_capacity(partition_count);
+        partitions.reserve(partition_count);
         for _ in 0..partition_count {
             let partition = r.i32()?;
             let error_code = r.i16()?;
@@ -187,15 +187,12 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
                 let _error_message = r.nullable_string_bytes()?;
             }
             partitions.push(ProducePartitionResponse {
+                topic: name,
                 partition,
                 error_code,
                 base_offset,
             });
         }
-        topics.push(ProduceTopicResponse {
-            name: name.to_vec(),
-            partitions,
-        });
     }
     let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
     // Bytes after the last field are ignored, as Kafka's own clients do: librdkafka's
@@ -203,7 +200,7 @@ pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse, De
     r.finish_lenient();
     Ok(ProduceResponse {
         correlation_id,
-        topics,
+        partitions,
         throttle_time_ms,
     })
 }
@@ -379,8 +376,11 @@ mod tests {
         b
     }
 
-    /// Decodes with kafka-protocol and maps to our types.
-    fn kafka_protocol_decode(frame: &[u8], version: i16) -> ProduceResponse {
+    /// One answered partition, owned: `(topic, partition, error, base_offset)`.
+    type Answer = (Vec<u8>, i32, i16, i64);
+
+    /// Decodes with kafka-protocol: correlation id, throttle time and the answers in order.
+    fn kafka_protocol_decode(frame: &[u8], version: i16) -> (i32, i32, Vec<Answer>) {
         let mut slice = frame;
         let header = ResponseHeader::decode(&mut slice, 0).unwrap();
         let kp = KpResponse::decode(&mut slice, version).unwrap();
@@ -391,26 +391,21 @@ mod tests {
                 2
             );
         }
-        ProduceResponse {
-            correlation_id: header.correlation_id,
-            throttle_time_ms: kp.throttle_time_ms,
-            topics: kp
-                .responses
-                .iter()
-                .map(|t| ProduceTopicResponse {
-                    name: t.name.0.as_bytes().to_vec(),
-                    partitions: t
-                        .partition_responses
-                        .iter()
-                        .map(|p| ProducePartitionResponse {
-                            partition: p.index,
-                            error_code: p.error_code,
-                            base_offset: p.base_offset,
-                        })
-                        .collect(),
+        let answers = kp
+            .responses
+            .iter()
+            .flat_map(|t| {
+                t.partition_responses.iter().map(|p| {
+                    (
+                        t.name.0.as_bytes().to_vec(),
+                        p.index,
+                        p.error_code,
+                        p.base_offset,
+                    )
                 })
-                .collect(),
-        }
+            })
+            .collect();
+        (header.correlation_id, kp.throttle_time_ms, answers)
     }
 
     #[test]
@@ -419,18 +414,28 @@ mod tests {
             let frame = encode_response_frame(12, &sample_response(), version);
             let theirs = kafka_protocol_decode(&frame, version);
             let ours = decode_response(&frame, version).unwrap();
-            assert_eq!(ours, theirs, "v{version}");
+            let answers: Vec<Answer> = ours
+                .partitions
+                .iter()
+                .map(|p| (p.topic.to_vec(), p.partition, p.error_code, p.base_offset))
+                .collect();
+            assert_eq!(
+                (ours.correlation_id, ours.throttle_time_ms, answers),
+                theirs,
+                "v{version}"
+            );
             assert_eq!(ours.correlation_id, 12);
             assert_eq!(ours.throttle_time_ms, 250);
             assert_eq!(
-                ours.topics[0].partitions[1],
+                ours.partitions[1],
                 ProducePartitionResponse {
+                    topic: b"events",
                     partition: 4,
                     error_code: 6,
                     base_offset: -1
                 }
             );
-            assert_eq!(ours.topics[1].name, b"logs");
+            assert_eq!(ours.partitions[2].topic, b"logs");
         }
     }
 

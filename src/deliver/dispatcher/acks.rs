@@ -104,11 +104,11 @@ impl Receiver_ {
         }
     }
 
-    fn read_response(
+    fn read_response<'f>(
         &mut self,
         entry: &InFlight,
-        frame: &mut Vec<u8>,
-    ) -> Result<produce::ProduceResponse, ResponseError> {
+        frame: &'f mut Vec<u8>,
+    ) -> Result<produce::ProduceResponse<'f>, ResponseError> {
         self.conn.recv_frame(frame, MAX_RESPONSE_SIZE)?;
         let resp = produce::decode_response(frame, entry.version)?;
         if resp.correlation_id != entry.correlation_id {
@@ -235,15 +235,11 @@ type AnswerCodes<'a> = FastMap<(&'a [u8], i32), i16>;
 /// fifth of dory's instructions). When a broker answers a partition twice, the first
 /// answer counts. The map's size is bounded by the response's, which is bounded by
 /// `MAX_RESPONSE_SIZE`.
-fn answer_codes(resp: &produce::ProduceResponse) -> AnswerCodes<'_> {
+fn answer_codes<'a>(resp: &produce::ProduceResponse<'a>) -> AnswerCodes<'a> {
     let mut codes = AnswerCodes::default();
-    codes.reserve(resp.topics.iter().map(|t| t.partitions.len()).sum());
-    for t in &resp.topics {
-        for q in &t.partitions {
-            codes
-                .entry((t.name.as_slice(), q.partition))
-                .or_insert(q.error_code);
-        }
+    codes.reserve(resp.partitions.len());
+    for q in &resp.partitions {
+        codes.entry((q.topic, q.partition)).or_insert(q.error_code);
     }
     codes
 }
@@ -265,7 +261,7 @@ fn unanswered(entry: &InFlight, codes: &AnswerCodes<'_>) -> Option<ResponseError
 mod tests {
     use super::super::Part;
     use super::*;
-    use crate::kafka::produce::{ProducePartitionResponse, ProduceResponse, ProduceTopicResponse};
+    use crate::kafka::produce::{ProducePartitionResponse, ProduceResponse};
 
     fn part(topic: u32, name: &str, partition: i32) -> Part {
         Part {
@@ -278,21 +274,20 @@ mod tests {
         }
     }
 
-    fn response(topics: &[(&str, &[(i32, i16)])]) -> ProduceResponse {
+    fn response(topics: &[(&'static str, &[(i32, i16)])]) -> ProduceResponse<'static> {
         ProduceResponse {
             correlation_id: 7,
-            topics: topics
+            partitions: topics
                 .iter()
-                .map(|(name, parts)| ProduceTopicResponse {
-                    name: name.as_bytes().to_vec(),
-                    partitions: parts
+                .flat_map(|(name, parts)| {
+                    parts
                         .iter()
                         .map(|&(partition, error_code)| ProducePartitionResponse {
+                            topic: name.as_bytes(),
                             partition,
                             error_code,
                             base_offset: 0,
                         })
-                        .collect(),
                 })
                 .collect(),
             throttle_time_ms: 0,
