@@ -57,6 +57,8 @@ use sender::Load;
 
 #[derive(Parser, Debug)]
 #[command(
+    // A repeated option takes its last value, so scripts can append overrides.
+    args_override_self = true,
     name = "throughput",
     about = "dory end-to-end throughput: sendmmsg sender → (raw ceiling | dory → counting sink | dory → Tansu)"
 )]
