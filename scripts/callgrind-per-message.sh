@@ -48,15 +48,19 @@ echo "instructions per message, ${topics} topic(s), ${messages} messages (profil
 python3 - "$dest" "$messages" <<'PY'
 import os, re, subprocess, sys
 dest, n = sys.argv[1], int(sys.argv[2])
-# A thread is named by the first of these functions its profile contains.
+# A thread is named by the first of these its profile contains: a function that only that
+# thread runs, or failing that (when the compiler inlined it) its source file.
 roles = [
     ("dory::main", "main (start-up: the pool is zeroed)"),
-    ("input::datagram::run", "input (datagram)"),
+    ("src/input/datagram.rs", "input (datagram)"),
     ("SharedRouter::run", "router"),
     ("acks::Receiver_::run", "dispatcher acknowledgements"),
     ("sender::Sender_::run", "dispatcher requests"),
     ("status::serve", "status (the bench's scrapes)"),
     ("fetcher::Fetcher", "metadata fetcher"),
+    ("src/deliver/dispatcher/acks.rs", "dispatcher acknowledgements"),
+    ("src/deliver/dispatcher/sender.rs", "dispatcher requests"),
+    ("src/report/status/", "status (the bench's scrapes)"),
 ]
 totals = {}
 for f in sorted(os.listdir(dest)):
