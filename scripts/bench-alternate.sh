@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
-    sed -n '2,13p' "$0"
+    sed -n '2,12p' "$0"
     exit 2
 fi
 rounds=$1

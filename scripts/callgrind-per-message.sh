@@ -2,7 +2,7 @@
 # Instructions per message, by thread, under callgrind: the throughput bench sends
 # MESSAGES messages (default 200,000) on TOPICS topics (default 1) to dory running under
 # valgrind's callgrind, with busy polling off (valgrind runs one thread at a time, so a
-# spinning input would count little but its spins). Prints the whole program's count and
+# spinning input would count little but its spins). Prints the whole daemon's count and
 # each thread's, divided by the message count. Unlike times, instruction counts barely move
 # with the host's load: use them to compare two builds (doc/performance.md, "Round five").
 # Under valgrind dory runs about 50 times slower, so batches are smaller and the status
@@ -10,7 +10,8 @@
 #
 # usage: scripts/callgrind-per-message.sh [TOPICS] [MESSAGES] [DORY_BINARY]
 #   DORY_BINARY defaults to target/release/dory (built first). Needs valgrind
-#   (apt-get install valgrind). The callgrind profile is kept in target/callgrind/.
+#   (apt-get install valgrind). The profiles, one per thread, are kept in
+#   target/callgrind/BINARY-TOPICS-topics/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 topics=${1:-1}
@@ -46,7 +47,7 @@ mv "$out"/cg.out."$pid"-* "$dest"/
 rm -f "$out"/cg.out.*
 echo "instructions per message, ${topics} topic(s), ${messages} messages (profiles in $dest):"
 python3 - "$dest" "$messages" <<'PY'
-import os, re, subprocess, sys
+import os, re, sys
 dest, n = sys.argv[1], int(sys.argv[2])
 # A thread is named by the first of these its profile contains: a function that only that
 # thread runs, or failing that (when the compiler inlined it) its source file.

@@ -303,8 +303,6 @@ fn prometheus_latency(out: &mut String, m: &Metrics, topics: &[TopicSnapshot], l
     }
 }
 
-/// One histogram series over [`LATENCY_BOUNDS`]: its buckets, sum and count, each with
-/// `labels` (`key="value",...`, or empty) before `le`.
 /// The `le` label of each latency bucket, formatted once rather than per series (a scrape
 /// writes one histogram per topic).
 static LE_LABELS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
@@ -315,6 +313,8 @@ static LE_LABELS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(||
         .collect()
 });
 
+/// One histogram series over [`LATENCY_BOUNDS`]: its buckets, sum and count, each with
+/// `labels` (`key="value",...`, or empty) before `le`.
 fn histogram_series(out: &mut String, name: &str, labels: &str, h: &LatencySnapshot) {
     let (open, sep, close) = if labels.is_empty() {
         ("", "", "")
