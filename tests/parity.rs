@@ -1086,6 +1086,14 @@ fn size_and_rate_limits_discard_exactly_and_log_each_discard() {
     assert_discards(&m, "", &[("malformed", 1)]);
     assert_eq!(m.delivered("lim_long"), 4);
     assert_eq!(m.delivered("lim_rate"), 37);
+    // Nothing in flight, so nothing in any queue state: a discard on the way into a batch
+    // (too long, rate limit) took its message back off the batch count.
+    let (code, queues) = dory.http_get("/queues/json");
+    assert_eq!(code, 200, "{queues}");
+    let queues: serde_json::Value =
+        serde_json::from_str(&queues).unwrap_or_else(|e| panic!("{e}: {queues}"));
+    assert_eq!(queues["new"], 0, "{queues}");
+    assert_eq!(queues["sending"], serde_json::json!([]), "{queues}");
     assert!(
         !topic_exists(&mock.bootstrap(), "lim_missing"),
         "lim_missing was created although auto-creation is off"

@@ -457,7 +457,6 @@ impl InputCtx {
             // that the counters show as received (see report::commit_points).
             m.track_received(t, idx.iter().map(|&i| &out[i as usize]));
             m.received(t, n);
-            m.queue_add(t, QueueState::New, n as i64);
             if source == Some(Source::Spool) {
                 // Replayed: Kafka may already have them (see spool::recovery).
                 let (lo, hi) = idx
@@ -470,11 +469,18 @@ impl InputCtx {
                 m.possible_duplicates(t, n, lo, hi);
             }
         }
-        drop(groups);
         if let Some(r) = &self.router {
+            // Routed here, they never wait in the `new` state.
             if r.try_route(out) {
                 return;
             }
+        }
+        // They wait in the `new` state until the router takes them.
+        for (t, idx) in groups.iter() {
+            m.queue_add(t, QueueState::New, idx.len() as i64);
+        }
+        drop(groups);
+        if let Some(r) = &self.router {
             r.queue();
         }
         let fresh = self

@@ -91,6 +91,9 @@ struct TopicSlot {
     rr_combined: usize,
     /// Listed in `Router::lookups`.
     listed: bool,
+    /// The open batch of the topic's AnyPartition messages (batching key `(t, None)`),
+    /// kept here rather than in a map: one message, one slot to touch.
+    open: OpenBatch,
 }
 
 /// Messages held while a topic is looked up (or auto-created).
@@ -155,7 +158,9 @@ pub struct Router {
     /// topic: with thousands of topics a scan per wake-up cost more than the messages.
     /// Cleaned lazily ([`Router::prune_lookups`]).
     lookups: Vec<usize>,
-    batches: FastMap<BatchKey, OpenBatch>,
+    /// Open batches of PartitionKey messages, per (topic, partition) (the AnyPartition
+    /// ones are in the topic's slot: [`Router::open_batch`]).
+    keyed: FastMap<(TopicId, i32), OpenBatch>,
     /// When per-topic batches expire, earliest first: (deadline, key) pushed whenever a
     /// batch gets a new deadline; an entry whose batch was sent or got a later deadline
     /// since is skipped when it comes up.
@@ -166,6 +171,8 @@ pub struct Router {
     scratch: Vec<u8>,
     /// Reused for grouping input batches by topic.
     groups: crate::pipeline::TopicGroups,
+    /// Reused for an input batch's runs of one topic: (topic, length).
+    runs: Vec<(TopicId, usize)>,
     next_batch_expiry: Option<Instant>,
     brokers: FastMap<i32, Broker>,
     /// Counts changes to `brokers` (added, removed, up or down): with the cluster view's
@@ -242,11 +249,12 @@ impl Router {
             have_metadata: false,
             topics: Vec::new(),
             lookups: Vec::new(),
-            batches: FastMap::default(),
+            keyed: FastMap::default(),
             expiries: BinaryHeap::new(),
             combined: FastMap::default(),
             scratch: Vec::new(),
             groups: Default::default(),
+            runs: Vec::new(),
             next_batch_expiry: None,
             brokers: FastMap::default(),
             broker_changes: 0,
@@ -380,7 +388,7 @@ impl Router {
                 break;
             }
             self.expiries.pop();
-            let Some(o) = self.batches.get_mut(&key) else {
+            let Some(o) = self.open_batch_if_any(key) else {
                 continue;
             };
             // Sent since, or refilled with a later deadline (queued on its own): skip.
@@ -410,6 +418,36 @@ impl Router {
         let per_topic = self.expiries.peek().map(|Reverse((at, _))| *at);
         let combined = self.combined.values().filter_map(OpenBatch::deadline);
         self.next_batch_expiry = per_topic.into_iter().chain(combined).min();
+    }
+
+    /// The open batch of `key`, created empty if there is none.
+    fn open_batch(&mut self, key: BatchKey) -> &mut OpenBatch {
+        match key {
+            (t, None) => &mut self.slot(t).open,
+            (t, Some(p)) => self.keyed.entry((t, p)).or_default(),
+        }
+    }
+
+    /// The open batch of `key`, if one was ever made.
+    fn open_batch_if_any(&mut self, key: BatchKey) -> Option<&mut OpenBatch> {
+        match key {
+            (t, None) => self.topics.get_mut(t as usize).map(|s| &mut s.open),
+            (t, Some(p)) => self.keyed.get_mut(&(t, p)),
+        }
+    }
+
+    /// The keys of every non-empty open per-topic batch.
+    fn open_batch_keys(&self) -> Vec<BatchKey> {
+        let unkeyed = self
+            .topics
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.open.is_empty());
+        let unkeyed = unkeyed.filter_map(|(i, _)| Some((TopicId::try_from(i).ok()?, None)));
+        let keyed = self.keyed.iter().filter(|(_, o)| !o.is_empty());
+        unkeyed
+            .chain(keyed.map(|(&(t, p), _)| (t, Some(p))))
+            .collect()
     }
 
     /// A per-topic batch got deadline `at`.

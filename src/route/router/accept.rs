@@ -2,8 +2,9 @@
 //! availability checks, partition choice for keyed messages, and holding messages of an
 //! unknown topic while it is looked up.
 
-use super::{Lookup, Router, TopicSlot, NO_LIMITS};
+use super::{BatchKey, Lookup, Router, TopicSlot, NO_LIMITS};
 use crate::config::policy::{BatchAction, Partitioner, TopicPolicy};
+use crate::config::BatchLimits;
 use crate::pipeline::{Msg, KAFKA_MSG_OVERHEAD};
 use crate::report::metrics::{DiscardReason, QueueState, TopicId};
 use crate::report::msg_debug::DebugFile;
@@ -40,22 +41,73 @@ impl Router {
 
     /// A batch from the inputs' channel; the emptied vector goes back to the inputs.
     pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>) {
-        self.route_batch(&mut msgs, Instant::now());
+        self.route_batch(&mut msgs, true, Instant::now());
         // Full (inputs are not taking them): let it go.
         let _ = self.ch.spare_batches.try_send(msgs);
     }
 
-    /// Routes a batch from an input, leaving `msgs` empty.
-    pub(super) fn route_batch(&mut self, msgs: &mut Vec<Msg>, now: Instant) {
-        // They leave the `new` queue: counted per topic for the batch (inputs send runs of
-        // a few topics), not per message; whatever waits for a lookup is added back.
-        self.groups.group(msgs);
-        for (t, idx) in self.groups.iter() {
-            self.metrics
-                .queue_add(t, QueueState::New, -(idx.len() as i64));
+    /// Routes a batch from an input, leaving `msgs` empty. `counted_new`: the input
+    /// counted the messages in the `new` queue (they went through the channel); an input
+    /// routing its own batch does not, as they leave that queue as soon as they enter it.
+    pub(super) fn route_batch(&mut self, msgs: &mut Vec<Msg>, counted_new: bool, now: Instant) {
+        if counted_new {
+            // They leave the `new` queue: counted per topic for the batch (inputs send runs
+            // of a few topics), not per message; whatever waits for a lookup is added back.
+            self.groups.group(msgs);
+            for (t, idx) in self.groups.iter() {
+                self.metrics
+                    .queue_add(t, QueueState::New, -(idx.len() as i64));
+            }
         }
-        for m in msgs.drain(..) {
-            self.accept_new(m, now);
+        // Runs of one topic, routed together.
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        for m in msgs.iter() {
+            match runs.last_mut() {
+                Some((t, n)) if *t == m.topic => *n += 1,
+                _ => runs.push((m.topic, 1)),
+            }
+        }
+        let mut rest = msgs.drain(..);
+        for &(t, n) in &runs {
+            self.route_run(t, rest.by_ref().take(n), n, now);
+        }
+        drop(rest);
+        self.runs = runs;
+    }
+
+    /// Routes `n` new messages of topic `t` (taken off the `new` count). In the common
+    /// case (topic known and usable, batched per topic, no rate limit, no message debug)
+    /// what depends only on the topic is looked at once for the run; otherwise each message
+    /// goes through [`Router::accept_new`].
+    fn route_run(&mut self, t: TopicId, run: impl Iterator<Item = Msg>, n: usize, now: Instant) {
+        let plain = self.have_metadata
+            && self.slot(t).lookup.is_none()
+            && self.view(t).is_some_and(TopicView::has_usable)
+            && self.metrics.msg_debug().is_none_or(|d| !d.active());
+        let policy = if plain { Some(self.policy(t)) } else { None };
+        let Some(policy) = policy.filter(|p| {
+            p.batching.action == BatchAction::PerTopic && self.topics[t as usize].limiter.is_none()
+        }) else {
+            for m in run {
+                self.accept_new(m, now);
+            }
+            return;
+        };
+        let limits = policy.batching.limits;
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        // Counted in the batch state for the run, before any of it is emitted (which
+        // takes it off again); a message that does not get there is taken off by itself.
+        self.metrics
+            .queue_add(t, QueueState::Batch, i64::try_from(n).unwrap_or(i64::MAX));
+        for m in run {
+            if m.payload.len() + KAFKA_MSG_OVERHEAD > max_kafka {
+                self.metrics.queue_add(t, QueueState::Batch, -1);
+                self.discard_too_long(m);
+                continue;
+            }
+            let partition = self.keyed_partition(t, &m, &policy);
+            self.batch_into((t, partition), m, &limits, now);
         }
     }
 
@@ -86,15 +138,21 @@ impl Router {
             return;
         }
         if m.payload.len() + KAFKA_MSG_OVERHEAD > self.cfg.batching.message_max_bytes {
-            let name = self.metrics.topic_name(t);
-            let mut sample = Vec::with_capacity(m.value_len().min(256));
-            m.payload
-                .copy_to(m.key_len(), m.value_len().min(256), &mut sample);
-            self.metrics.too_long_sample(&name, &sample);
-            self.discard_msgs(vec![m], DiscardReason::TooLong);
+            self.discard_too_long(m);
             return;
         }
         self.route_new(m, now);
+    }
+
+    /// Discards a message larger than a broker takes (`message_max_bytes`), keeping a
+    /// sample of its value for the status page.
+    fn discard_too_long(&mut self, m: Msg) {
+        let name = self.metrics.topic_name(m.topic);
+        let mut sample = Vec::with_capacity(m.value_len().min(256));
+        m.payload
+            .copy_to(m.key_len(), m.value_len().min(256), &mut sample);
+        self.metrics.too_long_sample(&name, &sample);
+        self.discard_msgs(vec![m], DiscardReason::TooLong);
     }
 
     /// The topic's policy, resolved from the config once.
@@ -170,11 +228,16 @@ impl Router {
             }
             BatchAction::CombinedTopics | BatchAction::Disable => NO_LIMITS,
         };
-        let key = (t, partition);
-        let max_kafka = self.cfg.batching.message_max_bytes;
         self.metrics.queue_add(t, QueueState::Batch, 1);
-        let open = self.batches.entry(key).or_default();
-        let emit = open.add(m, &limits, max_kafka, now);
+        self.batch_into((t, partition), m, &limits, now);
+    }
+
+    /// Adds a message (already counted in the batch state) to the open batch of `key`,
+    /// sending what that completes.
+    fn batch_into(&mut self, key: BatchKey, m: Msg, limits: &BatchLimits, now: Instant) {
+        let max_kafka = self.cfg.batching.message_max_bytes;
+        let open = self.open_batch(key);
+        let emit = open.add(m, limits, max_kafka, now);
         if let Some(d) = open.take_new_deadline() {
             self.queue_expiry(d, key);
         }

@@ -123,9 +123,8 @@ impl Router {
     }
 
     pub(super) fn flush_all_batches(&mut self) {
-        let keys: Vec<BatchKey> = self.batches.keys().copied().collect();
-        for key in keys {
-            let msgs = self.batches.get_mut(&key).map(OpenBatch::take);
+        for key in self.open_batch_keys() {
+            let msgs = self.open_batch_if_any(key).map(OpenBatch::take);
             if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
                 self.emit(key, msgs);
             }

@@ -112,8 +112,10 @@ impl SharedRouter {
 
     /// Routes `out` on the calling thread if the router is idle and nothing sent through
     /// the channel is still waiting to be routed; `out` is then empty (its capacity kept)
-    /// and the call returns true. Otherwise `out` is untouched and the caller sends it
-    /// through the channel, calling [`SharedRouter::queue`] first.
+    /// and the call returns true. Otherwise `out` is untouched and the caller counts it in
+    /// the `new` queue state and sends it through the channel, calling
+    /// [`SharedRouter::queue`] first. (Routed here, the messages never wait in `new`, so
+    /// they are not counted there.)
     pub fn try_route(&self, out: &mut Vec<Msg>) -> bool {
         if !self.inline {
             return false;
@@ -124,7 +126,7 @@ impl SharedRouter {
         if r.channel_batches_done != self.queued.load(Ordering::Acquire) {
             return false;
         }
-        r.route_batch(out, Instant::now());
+        r.route_batch(out, false, Instant::now());
         r.pump_sequence();
         if r.asleep_until.is_some_and(|t| r.next_wakeup() < t) {
             // Full: a nudge is pending already.

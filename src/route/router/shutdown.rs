@@ -24,8 +24,8 @@ impl Router {
 
     /// Past the deadline: everything the router holds is discarded as `shutdown`.
     pub(super) fn discard_everything_held(&mut self) {
-        for key in self.batches.keys().copied().collect::<Vec<_>>() {
-            if let Some(msgs) = self.batches.get_mut(&key).map(OpenBatch::take) {
+        for key in self.open_batch_keys() {
+            if let Some(msgs) = self.open_batch_if_any(key).map(OpenBatch::take) {
                 self.discard_staged(msgs, DiscardReason::Shutdown, QueueState::Batch);
             }
         }
