@@ -256,6 +256,14 @@ impl TopicCell {
     }
 }
 
+thread_local! {
+    /// The last arrival this thread converted for [`Tracking::pairs`]: `(anchor, arrival,
+    /// milliseconds from anchor to arrival)`. Keyed by the anchor too, so two trackers on
+    /// one thread (tests) never share a conversion.
+    static LAST_ARRIVAL: std::cell::Cell<Option<(Instant, Instant, u64)>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Milliseconds from `anchor` to `at` (0 before it).
 fn arrival_ms(anchor: Instant, at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(anchor).as_millis()).unwrap_or(u64::MAX)
@@ -291,16 +299,22 @@ impl Tracking {
     }
 
     /// `(tracking key, arrival ms)` of a message, for a batch at a time: messages of one
-    /// input batch share one arrival reading, so it is converted once per run.
+    /// input batch share one arrival reading, so it is converted once per run, and the
+    /// last conversion is remembered on the thread for the next call (an input batch is
+    /// tracked topic by topic: with many topics, one call per message).
     fn pairs(&self) -> impl FnMut(&Msg) -> (i64, u64) {
         let anchor = self.anchor;
-        let mut last: Option<(Instant, u64)> = None;
+        let mut last = LAST_ARRIVAL
+            .get()
+            .filter(|&(a, _, _)| a == anchor)
+            .map(|(_, at, ms)| (at, ms));
         move |m| {
             let ms = match last {
                 Some((at, ms)) if at == m.arrival => ms,
                 _ => {
                     let ms = arrival_ms(anchor, m.arrival);
                     last = Some((m.arrival, ms));
+                    LAST_ARRIVAL.set(Some((anchor, m.arrival, ms)));
                     ms
                 }
             };
@@ -492,6 +506,33 @@ mod tests {
         assert_eq!(t.keys.len(), 2);
         assert_eq!(t.arrivals.len(), 1);
         assert_eq!(t.unresolved(), 1000);
+    }
+
+    #[test]
+    fn trackers_on_one_thread_do_not_share_arrival_conversions() {
+        let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
+        let base = Instant::now();
+        let earlier = base
+            .checked_sub(Duration::from_secs(1))
+            .expect("uptime over 1 s");
+        let tracker = |anchor| Tracking {
+            enabled: true,
+            anchor,
+            file_errors: AtomicU64::new(0),
+        };
+        let (a, b) = (tracker(base), tracker(earlier));
+        let (cell_a, cell_b) = (TopicCell::default(), TopicCell::default());
+        let arrival = base + Duration::from_millis(5);
+        let msg = Msg::for_test(pool, 1, 1_000, 1, arrival);
+        // The same arrival, converted against two anchors one second apart, in turn.
+        a.receive(&cell_a, std::iter::once(&msg));
+        b.receive(&cell_b, std::iter::once(&msg));
+        a.receive(&cell_a, std::iter::once(&msg));
+        let now = base + Duration::from_millis(10);
+        for (t, cell) in [(&a, &cell_a), (&b, &cell_b)] {
+            let (p, _) = t.point(Arc::from(&b"t"[..]), cell, now).expect("tracked");
+            assert_eq!(p.oldest_unacked, Duration::from_millis(5));
+        }
     }
 
     /// One step of a random interleaving on several topics.
