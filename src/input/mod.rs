@@ -34,10 +34,6 @@ use crate::spool::format::{encode_record, RecordRef};
 use crate::spool::{Spool, SpoolRef};
 use wire::{ClientMsg, Kind, WireError};
 
-/// Most topic ids an input thread remembers (the cache is cleared when full, so a client
-/// inventing topic names cannot make it grow without bound).
-const TOPIC_CACHE_MAX: usize = 4096;
-
 /// How often blocked input threads look at the stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(100);
 
@@ -93,7 +89,10 @@ pub struct InputCtx {
     pub spare_batches: Receiver<Vec<Msg>>,
     pub stop: Arc<AtomicBool>,
     /// Topic ids this thread has looked up (and whether each is spooled), sparing the
-    /// shared topic table's lock.
+    /// shared topic table's lock. Only names the table gave an id are kept, so it holds at
+    /// most `input.max_topics` + 1 names: a client inventing names fills the table, not
+    /// this. It must hold them all: with more topics in use than it holds, clients sending
+    /// to each in turn would miss it every time.
     pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, (TopicId, bool)>>,
     /// The last topic looked up: clients mostly send runs of one topic, and comparing a
     /// name costs less than hashing it.
@@ -305,7 +304,8 @@ impl InputCtx {
             self.metrics.set_spooled(id);
         }
         let mut cache = self.topic_cache.borrow_mut();
-        if cache.len() >= TOPIC_CACHE_MAX {
+        if cache.len() > self.metrics.max_topics() {
+            // Cannot happen (every cached name has its own id); bounded all the same.
             cache.clear();
         }
         cache.insert(name.to_vec(), (id, spooled));
@@ -613,5 +613,27 @@ mod tests {
         let ids: std::collections::HashSet<TopicId> = batch.iter().map(|m| m.topic).collect();
         assert_eq!(ids.len(), 5);
         crate::pipeline::free_msgs(batch);
+    }
+
+    #[test]
+    fn every_topic_in_use_stays_cached() {
+        let (ctx, from_inputs) = ctx();
+        // More topics than a few thousand, sent to in turn (as the bench's 10,000 are).
+        let topics = 6_000;
+        let mut out = Vec::new();
+        for round in 0..2 {
+            for t in 0..topics {
+                ctx.accept(&datagram(&format!("t{t}"), "v"), Source::Datagram, &mut out);
+                if out.len() == INPUT_BATCH_MAX {
+                    ctx.flush(&mut out);
+                    crate::pipeline::free_msgs(from_inputs.try_recv().expect("a batch"));
+                }
+            }
+            assert_eq!(ctx.topic_cache.borrow().len(), topics, "round {round}");
+        }
+        ctx.flush(&mut out);
+        while let Ok(b) = from_inputs.try_recv() {
+            crate::pipeline::free_msgs(b);
+        }
     }
 }

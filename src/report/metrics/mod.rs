@@ -325,6 +325,11 @@ impl Metrics {
         self.topics.intern(name)
     }
 
+    /// Most topic names the table gives ids to (`input.max_topics`; "" has its own).
+    pub fn max_topics(&self) -> usize {
+        self.topics.max_topics()
+    }
+
     /// The name of an interned topic ("" for `NO_TOPIC` or an id never handed out).
     pub fn topic_name(&self, id: TopicId) -> Arc<[u8]> {
         self.topics.stats(id).name()

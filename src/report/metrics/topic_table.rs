@@ -110,6 +110,10 @@ impl TopicTable {
         }
     }
 
+    pub(super) fn max_topics(&self) -> usize {
+        self.max_topics
+    }
+
     pub(super) fn intern(&self, name: &[u8]) -> Option<TopicId> {
         if name.is_empty() {
             return Some(NO_TOPIC);
