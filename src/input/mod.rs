@@ -188,6 +188,8 @@ impl InputCtx {
                 Kind::AnyPartition => c.any_partition += 1,
                 Kind::PartitionKey(_) => c.partition_key += 1,
             }
+            // Counted as forwarded in `flush` if it gets there.
+            c.source = Some(source);
         }
         let Some((topic, spooled)) = self.topic(msg.topic) else {
             self.topic_table_full(msg.timestamp);
@@ -249,7 +251,6 @@ impl InputCtx {
         }
         // Received, MsgCreate, forwarded and New are counted for the batch in `flush`,
         // before the router can see (and settle) any of these messages.
-        self.counts.borrow_mut().source = Some(source);
         out.push(Msg {
             topic,
             partition_key,
@@ -455,8 +456,7 @@ impl InputCtx {
             let n = idx.len() as u64;
             // Tracked before counted as received: a commit point never passes a message
             // that the counters show as received (see report::commit_points).
-            m.track_received(t, idx.iter().map(|&i| &out[i as usize]));
-            m.received(t, n);
+            m.receive_tracked(t, idx.iter().map(|&i| &out[i as usize]), n);
             if source == Some(Source::Spool) {
                 // Replayed: Kafka may already have them (see spool::recovery).
                 let (lo, hi) = idx

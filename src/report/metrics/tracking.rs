@@ -3,7 +3,7 @@
 //! itself is [`crate::report::commit_points`]; each topic's state lives in its slot of the
 //! topic table.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::{Metrics, TopicId, NO_TOPIC};
@@ -18,6 +18,16 @@ impl Metrics {
         if t != NO_TOPIC {
             self.tracking.receive(&self.topics.stats(t).delivery, msgs);
         }
+    }
+
+    /// [`Metrics::track_received`], then [`Metrics::received`] for the same `n` messages:
+    /// one input batch's share of topic `t`, the topic's slot looked up once.
+    pub fn receive_tracked<'a>(&self, t: TopicId, msgs: impl Iterator<Item = &'a Msg>, n: u64) {
+        let s = self.topics.stats(t);
+        if t != NO_TOPIC {
+            self.tracking.receive(&s.delivery, msgs);
+        }
+        s.received.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Messages of topic `t` were acknowledged at `now`: latency, and resolved. (Topic ""

@@ -106,7 +106,14 @@ impl Router {
                 self.discard_too_long(m);
                 continue;
             }
-            let partition = self.keyed_partition(t, &m, &policy);
+            // Most messages have neither a partition key nor a key murmur2 places.
+            let keyed = m.partition_key.is_some()
+                || (policy.partitioner == Partitioner::Murmur2 && m.key_len() > 0);
+            let partition = if keyed {
+                self.keyed_partition(t, &m, &policy)
+            } else {
+                None
+            };
             self.batch_into((t, partition), m, &limits, now);
         }
     }
