@@ -249,8 +249,9 @@ impl InputCtx {
             }
             sb.msg_idx.push(out.len());
         }
-        // Received, MsgCreate, forwarded and New are counted for the batch in `flush`,
-        // before the router can see (and settle) any of these messages.
+        // Received, MsgCreate and forwarded (and New, for a batch that waits in the
+        // router's queue) are counted for the batch in `flush`, before the router can see
+        // (and settle) any of these messages.
         out.push(Msg {
             topic,
             partition_key,

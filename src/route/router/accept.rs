@@ -106,14 +106,7 @@ impl Router {
                 self.discard_too_long(m);
                 continue;
             }
-            // Most messages have neither a partition key nor a key murmur2 places.
-            let keyed = m.partition_key.is_some()
-                || (policy.partitioner == Partitioner::Murmur2 && m.key_len() > 0);
-            let partition = if keyed {
-                self.keyed_partition(t, &m, &policy)
-            } else {
-                None
-            };
+            let partition = self.keyed_partition(t, &m, &policy);
             self.batch_into((t, partition), m, &limits, now);
         }
     }
@@ -184,18 +177,28 @@ impl Router {
 
     /// The partition a message must go to, if its key decides it: PartitionKey messages
     /// by Dory's rule, AnyPartition messages with a key under the murmur2 partitioner as
-    /// the Java client would. `None`: any partition (round robin).
+    /// the Java client would. `None`: any partition (round robin). Inlined: most messages
+    /// have no key to place, and that answer needs no call.
+    #[inline]
     pub(super) fn keyed_partition(
         &mut self,
         t: TopicId,
         m: &Msg,
         policy: &TopicPolicy,
     ) -> Option<i32> {
+        if m.partition_key.is_none()
+            && (policy.partitioner != Partitioner::Murmur2 || m.key_len() == 0)
+        {
+            return None;
+        }
+        self.placed_partition(t, m)
+    }
+
+    /// [`Router::keyed_partition`] for a message whose key decides its partition.
+    #[inline(never)]
+    fn placed_partition(&mut self, t: TopicId, m: &Msg) -> Option<i32> {
         if let Some(k) = m.partition_key {
             return self.view(t)?.partition_for_key(k);
-        }
-        if policy.partitioner != Partitioner::Murmur2 || m.key_len() == 0 {
-            return None;
         }
         let count = self.view(t)?.partition_count;
         self.scratch.clear();

@@ -124,8 +124,7 @@ impl Router {
 
     pub(super) fn flush_all_batches(&mut self) {
         for key in self.open_batch_keys() {
-            let msgs = self.open_batch_if_any(key).map(OpenBatch::take);
-            if let Some(msgs) = msgs.filter(|m| !m.is_empty()) {
+            if let Some(msgs) = self.open_batch_if_any(key).map(OpenBatch::take) {
                 self.emit(key, msgs);
             }
         }
