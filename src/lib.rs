@@ -35,6 +35,7 @@ pub mod kafka;
 pub mod notify;
 pub mod pipeline;
 pub mod pool;
+pub mod prefetch;
 pub mod report;
 pub mod route;
 pub mod send;
