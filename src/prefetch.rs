@@ -26,23 +26,23 @@ pub fn line<T>(p: *const T) {
 #[inline(always)]
 pub fn bytes<T>(p: *const T, len: usize) {
     let p = p.cast::<u8>();
-    for offset in line_offsets(p as usize, len) {
-        line(p.wrapping_add(offset));
-    }
+    each_line(p as usize, len, |offset| line(p.wrapping_add(offset)));
 }
 
-/// One offset from `start` into each 64-byte line of `start..start + len` (the first
-/// wraps below zero, to the start of the first line: `p.wrapping_add` takes it back).
-fn line_offsets(start: usize, len: usize) -> impl Iterator<Item = usize> {
-    let first = start & !63;
-    let end = if len == 0 {
-        first
-    } else {
-        start.saturating_add(len)
-    };
-    (first..end)
-        .step_by(64)
-        .map(move |line| line.wrapping_sub(start))
+/// Calls `f` with one offset from `start` into each 64-byte line of `start..start + len`
+/// (the first offset wraps below zero, to the start of the first line; `wrapping_add`
+/// takes it back).
+#[inline(always)]
+fn each_line(start: usize, len: usize, mut f: impl FnMut(usize)) {
+    if len == 0 {
+        return;
+    }
+    let end = start.saturating_add(len);
+    let mut at = start & !63;
+    while at < end {
+        f(at.wrapping_sub(start));
+        at += 64;
+    }
 }
 
 #[cfg(test)]
@@ -52,9 +52,9 @@ mod tests {
     #[test]
     fn every_line_of_a_range_is_hinted_once() {
         let lines = |start: usize, len: usize| -> Vec<usize> {
-            line_offsets(start, len)
-                .map(|o| start.wrapping_add(o))
-                .collect()
+            let mut v = Vec::new();
+            each_line(start, len, |o| v.push(start.wrapping_add(o)));
+            v
         };
         assert_eq!(lines(128, 128), vec![128, 192]);
         // 88 bytes (a `Msg`) from 40 bytes into a line touch two lines, 89 three.
