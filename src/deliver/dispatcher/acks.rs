@@ -8,7 +8,6 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight};
-use crate::fasthash::FastMap;
 use crate::kafka::connection::{ConnError, Connection};
 use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, SequenceAction};
 use crate::kafka::produce;
@@ -227,8 +226,12 @@ impl Receiver_ {
     }
 }
 
-/// Each partition's error code in a response, by topic name and partition.
-type AnswerCodes<'a> = FastMap<(&'a [u8], i32), i16>;
+/// Each partition's error code in a response, by topic name and partition. Hashed with
+/// std's randomly keyed SipHash, not the hot path's [`crate::fasthash`]: the names come
+/// from the broker, and a fixed hash would let a hostile or broken one send names that all
+/// collide, making each insert a scan of the map (per message this map costs nothing:
+/// one entry per partition per response).
+type AnswerCodes<'a> = std::collections::HashMap<(&'a [u8], i32), i16>;
 
 /// Indexes a response once, so that settling a request of many topics costs a lookup per
 /// partition rather than a scan of the whole response (at 1,000 topics the scans were a
