@@ -41,7 +41,11 @@ fn each_line(start: usize, len: usize, mut f: impl FnMut(usize)) {
     let mut at = start & !63;
     while at < end {
         f(at.wrapping_sub(start));
-        at += 64;
+        // At the very top of the address space there is no next line.
+        let Some(next) = at.checked_add(64) else {
+            break;
+        };
+        at = next;
     }
 }
 
@@ -63,6 +67,8 @@ mod tests {
         assert_eq!(lines(1000, 24), vec![960]);
         assert_eq!(lines(1000, 25), vec![960, 1024]);
         assert!(lines(1000, 0).is_empty());
+        // The last line of the address space, without overflowing past it.
+        assert_eq!(lines(usize::MAX - 10, 100), vec![usize::MAX & !63]);
         // Any address may be hinted, even one that is not mapped.
         bytes(std::ptr::null::<u64>(), 4096);
         line(std::ptr::dangling::<u8>());
