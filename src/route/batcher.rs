@@ -94,9 +94,8 @@ impl OpenBatch {
         self.msgs.push(m);
         // The next message's slot, written when this key gets its next message: with many
         // keys that is long after this one, and the slot's memory is cold.
-        if self.msgs.len() < self.msgs.capacity() {
-            let next = self.msgs.as_ptr().wrapping_add(self.msgs.len());
-            crate::prefetch::bytes(next, std::mem::size_of::<Msg>());
+        if let Some(slot) = self.msgs.spare_capacity_mut().first() {
+            crate::prefetch::bytes(slot, std::mem::size_of_val(slot));
         }
     }
 
@@ -225,28 +224,21 @@ mod tests {
         let now = Instant::now();
         let l = limits(None, Some(3000), None);
         let mut b = OpenBatch::default();
-        let fill = |b: &mut OpenBatch| {
-            for _ in 0..2999 {
-                assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
-            }
-            b.add(msg(p, 1, now), &l, 1_000_000, now)
-                .batch
-                .expect("the 3000th message completes the batch")
-        };
-        drop(fill(&mut b));
+        let add = |b: &mut OpenBatch| b.add(msg(p, 1, now), &l, 1_000_000, now).batch;
+        for _ in 0..2999 {
+            assert!(add(&mut b).is_none());
+        }
+        drop(add(&mut b).expect("the 3000th message completes the batch"));
         // The next batch reserves the last one's length (and an eighth) at its first
         // message, so the Vec it ends in is the one first allocated: no copy on the way.
-        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        assert!(add(&mut b).is_none());
         let reserved = b.msgs.capacity();
         assert!(reserved >= 3000, "reserved {reserved}");
         let first = b.msgs.as_ptr();
         for _ in 0..2998 {
-            assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+            assert!(add(&mut b).is_none());
         }
-        let batch = b
-            .add(msg(p, 1, now), &l, 1_000_000, now)
-            .batch
-            .expect("the 3000th message completes the batch");
+        let batch = add(&mut b).expect("the 3000th message completes the batch");
         assert_eq!(batch.len(), 3000);
         assert_eq!(batch.capacity(), reserved);
         assert_eq!(batch.as_ptr(), first);
