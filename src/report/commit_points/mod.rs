@@ -38,14 +38,12 @@
 //! batch under that topic's lock, and an acknowledgement or discard resolves a batch the
 //! same way. Consecutive equal keys (messages of the same millisecond) and equal arrival
 //! times (one input batch) are merged into one multiset update, so a batch touches a few
-//! `BTreeMap` entries, not one per message.
+//! entries of a sorted deque, not one per message (`multiset.rs`).
 //!
 //! This file holds the tracker ([`TopicTrack`], pure), the shared per-topic cell and the
 //! hooks ([`Tracking`]); `latency.rs` the latency histogram; `state_file.rs` the state file
 //! and the thread that writes it.
 
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,7 +51,10 @@ use std::time::{Duration, Instant};
 use crate::pipeline::Msg;
 
 mod latency;
+mod multiset;
 mod state_file;
+
+use multiset::RunSet;
 
 pub use latency::{LatencyHistogram, LatencySnapshot, LATENCY_BOUNDS};
 pub use state_file::{StateFile, StateWriter};
@@ -89,37 +90,15 @@ impl<T: PartialEq + Copy> RunLength<T> {
     }
 }
 
-/// Adds `n` copies of `v` to a multiset.
-fn add<T: Ord>(set: &mut BTreeMap<T, u64>, v: T, n: u64) {
-    *set.entry(v).or_insert(0) += n;
-}
-
-/// Removes up to `n` copies of `v` from a multiset; returns how many were there to remove.
-fn remove<T: Ord>(set: &mut BTreeMap<T, u64>, v: T, n: u64) -> u64 {
-    match set.entry(v) {
-        Entry::Occupied(mut e) => {
-            let have = *e.get();
-            if have <= n {
-                e.remove();
-                have
-            } else {
-                *e.get_mut() -= n;
-                n
-            }
-        }
-        Entry::Vacant(_) => 0,
-    }
-}
-
 /// One topic's unresolved messages: the pure state behind its commit point and its oldest
 /// unacknowledged age. Messages are given as `(tracking key, arrival)` pairs; arrival is
 /// any monotonic millisecond count (the caller's clock), used only for the oldest age.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct TopicTrack {
     /// Unresolved tracking keys (ms since the epoch) → how many messages have that key.
-    keys: BTreeMap<i64, u64>,
+    keys: RunSet<i64>,
     /// Arrival (caller's ms clock) of the unresolved messages → how many.
-    arrivals: BTreeMap<u64, u64>,
+    arrivals: RunSet<u64>,
     /// Messages received and not yet resolved (the sum of `keys`' counts).
     unresolved: u64,
     /// Largest key ever received.
@@ -146,17 +125,17 @@ impl TopicTrack {
             }
             self.max_key = self.max_key.max(Some(key));
             if let Some((v, c)) = keys.push(key) {
-                add(&mut self.keys, v, c);
+                self.keys.add(v, c);
             }
             if let Some((v, c)) = arrivals.push(arrival) {
-                add(&mut self.arrivals, v, c);
+                self.arrivals.add(v, c);
             }
         }
         if let Some((v, c)) = keys.finish() {
-            add(&mut self.keys, v, c);
+            self.keys.add(v, c);
         }
         if let Some((v, c)) = arrivals.finish() {
-            add(&mut self.arrivals, v, c);
+            self.arrivals.add(v, c);
         }
         self.unresolved += n;
         self.late += late;
@@ -171,17 +150,17 @@ impl TopicTrack {
         let mut removed = 0u64;
         for (key, arrival) in msgs {
             if let Some((v, c)) = keys.push(key) {
-                removed += remove(&mut self.keys, v, c);
+                removed += self.keys.remove(v, c);
             }
             if let Some((v, c)) = arrivals.push(arrival) {
-                remove(&mut self.arrivals, v, c);
+                self.arrivals.remove(v, c);
             }
         }
         if let Some((v, c)) = keys.finish() {
-            removed += remove(&mut self.keys, v, c);
+            removed += self.keys.remove(v, c);
         }
         if let Some((v, c)) = arrivals.finish() {
-            remove(&mut self.arrivals, v, c);
+            self.arrivals.remove(v, c);
         }
         self.unresolved = self.unresolved.saturating_sub(removed);
     }
@@ -197,7 +176,7 @@ impl TopicTrack {
 
     /// The smallest unresolved tracking key.
     pub fn min_unresolved(&self) -> Option<i64> {
-        self.keys.first_key_value().map(|(&k, _)| k)
+        self.keys.first()
     }
 
     /// The largest tracking key ever received.
@@ -212,7 +191,7 @@ impl TopicTrack {
 
     /// Arrival of the oldest unresolved message (the caller's ms clock).
     pub fn oldest_arrival(&self) -> Option<u64> {
-        self.arrivals.first_key_value().map(|(&a, _)| a)
+        self.arrivals.first()
     }
 
     /// Late arrivals so far (see [`TopicTrack::receive`]).
@@ -673,7 +652,7 @@ mod tests {
                 if !future[t] {
                     prop_assert_eq!(tracks[t].commit_point(), max_ts[t], "the newest timestamp");
                 }
-                prop_assert_eq!(tracks[t].keys.len() + tracks[t].arrivals.len(), 0);
+                prop_assert!(tracks[t].keys.is_empty() && tracks[t].arrivals.is_empty());
             }
             prop_assert_eq!(
                 overall(tracks.iter().map(|t| (t.min_unresolved(), t.max_key()))),
