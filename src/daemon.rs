@@ -223,6 +223,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         counts: Default::default(),
         spool: spool.as_ref().map(|s| s.0),
         spool_batch: Default::default(),
+        leases: Default::default(),
     };
 
     // The router before the inputs: spool recovery hands it messages before they open.

@@ -2,24 +2,35 @@
 //! buffered message live in one arena of 128-byte blocks allocated at start, so memory use is
 //! fixed up front and input threads never touch the heap per message.
 //!
-//! Design: the arena holds `blocks × 128` payload bytes; the chain links live in a separate
-//! `next` array so a block carries a full 128 bytes of payload. Free blocks form an intrusive
-//! singly linked list behind a `Mutex`. Allocating `n` blocks detaches the first `n` entries
-//! of the free list, which are already chained; freeing splices a whole chain back in O(1)
-//! because a [`Lease`] remembers its tail. The only work done under the lock is that splice,
-//! or the walk over the `n` links being detached.
+//! Design: the arena holds `blocks × 128` payload bytes; a message longer than one block is
+//! a chain of blocks whose links live in a separate `next` array, so a block carries a full
+//! 128 bytes of payload. The free blocks are a queue of block numbers behind a `Mutex`:
+//! allocating takes from the front, freeing appends, so the block handed out is the one
+//! freed longest ago. Under the lock there is only that: one queue entry per block taken,
+//! or one copy of the block numbers a batch of leases gathered outside it.
+//!
+//! Why a queue, oldest first (doc/performance.md, "Round eight"): a block freed just now
+//! was read a moment ago by a dispatcher on another core, to encode its batch, so its
+//! lines sit in that core's cache, and writing the next message into it must first take
+//! them back, a round trip between cores that a prefetch did not hide (under `perf` the
+//! input thread stalled on that write more than on anything else of its own). A block
+//! freed longest ago is in no core's cache: it comes from memory, and a prefetch issued
+//! when the block is handed out hides that. The queue also replaced an intrusive linked
+//! list threaded through `next`, whose allocation had to read each link in turn (a cache
+//! miss per block that nothing could start early).
 //!
 //! Ownership: every block is at any moment either on the free list (touched only under the
 //! lock) or in exactly one [`Lease`] (touched only through that lease: `&mut` to write, `&`
 //! to read). That invariant is what makes the unsafe arena accesses below sound.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// End of a chain (and of the free list).
+/// Not a block: block numbers stay below it.
 const NIL: u32 = u32::MAX;
 
 /// Byte written over the whole arena at start. Not zero on purpose: a zero fill may be turned
@@ -39,19 +50,20 @@ pub enum PoolError {
 pub struct Pool {
     /// `blocks * BLOCK_SIZE` initialised bytes, leaked: valid for the life of the process.
     arena: NonNull<u8>,
-    /// `next[b]` is the block after `b` in its chain (a lease's or the free list), or `NIL`.
+    /// `next[b]` is the block after `b` in its lease's chain (set for all but a chain's
+    /// last block; meaningless for free blocks).
     /// Atomic only so that sharing the array needs no unsafe code; every access is `Relaxed`
     /// because ordering comes from the free-list mutex and from handing leases over channels.
     next: Box<[AtomicU32]>,
     blocks: usize,
     free: Mutex<FreeList>,
-    /// Copy of `free.len`, so metrics can read it without the lock.
+    /// Copy of the free queue's length, so metrics can read it without the lock.
     free_blocks: AtomicUsize,
 }
 
 struct FreeList {
-    head: u32,
-    len: usize,
+    /// Free block numbers, in the order they were freed: the front is handed out first.
+    queue: VecDeque<u32>,
 }
 
 // SAFETY: `Pool` is `!Send`/`!Sync` only because of the raw `arena` pointer. The arena is
@@ -88,9 +100,11 @@ impl Pool {
         arena.resize(bytes, FILL);
         let mut next: Vec<AtomicU32> = Vec::new();
         next.try_reserve_exact(blocks).map_err(alloc_err)?;
-        // Initially the free list is every block in order: 0 -> 1 -> ... -> blocks-1.
-        next.extend((1..blocks).map(|b| AtomicU32::new(index(b))));
-        next.push(AtomicU32::new(NIL));
+        next.extend((0..blocks).map(|_| AtomicU32::new(NIL)));
+        // Every block free, handed out in order: 0, 1, 2, ...
+        let mut queue = VecDeque::new();
+        queue.try_reserve_exact(blocks).map_err(alloc_err)?;
+        queue.extend((0..blocks).map(index));
 
         let arena = NonNull::new(Box::into_raw(arena.into_boxed_slice()).cast::<u8>())
             .expect("Box::into_raw never returns null");
@@ -98,10 +112,7 @@ impl Pool {
             arena,
             next: next.into_boxed_slice(),
             blocks,
-            free: Mutex::new(FreeList {
-                head: 0,
-                len: blocks,
-            }),
+            free: Mutex::new(FreeList { queue }),
             free_blocks: AtomicUsize::new(blocks),
         })))
     }
@@ -109,45 +120,69 @@ impl Pool {
     /// Takes the blocks for a message of `len` bytes (at least one block, even for zero).
     /// `None` if not enough blocks are free: the caller discards the new message; nothing
     /// already buffered is ever evicted.
-    ///
-    /// Holds the pool lock while walking the `ceil(len / 128)` links being detached.
     pub fn alloc(&'static self, len: usize) -> Option<Lease> {
-        let needed = blocks_for(len);
         let mut free = self.lock_free_list();
-        if needed > free.len {
-            return None;
-        }
-        let head = free.head;
-        let mut tail = head;
-        for _ in 1..needed {
-            tail = self.link(tail);
-        }
-        let next = self.link(tail);
-        free.head = next;
-        free.len -= needed;
-        self.free_blocks.store(free.len, Ordering::Relaxed);
+        let lease = self.take(&mut free.queue, len);
+        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
+        let next = free.queue.front().copied();
         drop(free);
-        self.prefetch(next);
-        // `tail` is ours now; cut its link into the free list so no walk can follow it.
-        self.set_link(tail, NIL);
+        if let Some(next) = next {
+            self.prefetch(next);
+        }
+        lease
+    }
+
+    /// Allocates for each length in turn, as [`Pool::alloc`] would one call at a time, but
+    /// taking the lock once: each `out` entry is the lease for that length, or `None` if
+    /// the pool had too few free blocks left for it (later, smaller ones may still fit, as
+    /// they would one by one). An input allocates a whole `recvmmsg` batch this way, sparing
+    /// two atomic operations per message, each of which waited for the CPU's store buffer
+    /// to drain the previous message's copy into cold pool blocks.
+    pub fn alloc_each(
+        &'static self,
+        lens: impl IntoIterator<Item = usize>,
+        out: &mut Vec<Option<Lease>>,
+    ) {
+        let mut free = self.lock_free_list();
+        for len in lens {
+            out.push(self.take(&mut free.queue, len));
+        }
+        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
+        let next = free.queue.front().copied();
+        drop(free);
+        if let Some(next) = next {
+            self.prefetch(next);
+        }
+    }
+
+    /// Takes the blocks for `len` bytes off the front of the free queue (the caller holds
+    /// the lock), chained in `next`; `None`, taking nothing, if too few are free.
+    fn take(&'static self, queue: &mut VecDeque<u32>, len: usize) -> Option<Lease> {
+        let needed = blocks_for(len);
+        let rest = queue.len().checked_sub(needed)?;
+        let head = queue.pop_front()?;
+        let mut prev = head;
+        while queue.len() > rest {
+            let Some(b) = queue.pop_front() else { break };
+            self.set_link(prev, b);
+            prev = b;
+        }
         Some(Lease {
             pool: self,
             head,
-            tail,
             len,
         })
     }
 
-    /// Returns many leases to the pool taking the lock once: the chains are linked together
-    /// outside the lock, then spliced in with one O(1) operation. Dropping a `Lease` frees it
-    /// too (one lock each); use this where leases are released in batches.
+    /// Returns many leases to the pool taking the lock once: their block numbers are
+    /// gathered outside the lock, then appended to the free queue. Dropping a `Lease` frees
+    /// it too (one lock each); use this where leases are released in batches.
     pub fn free_many(&'static self, leases: impl IntoIterator<Item = Lease>) {
+        let leases = leases.into_iter();
         // Released on drop, so the blocks gathered so far return even if `leases` panics.
         let mut batch = Batch {
             pool: self,
-            head: NIL,
-            tail: NIL,
-            blocks: 0,
+            blocks: Vec::with_capacity(leases.size_hint().0),
         };
         for lease in leases {
             if !std::ptr::eq(lease.pool, self) {
@@ -156,13 +191,7 @@ impl Pool {
                 continue;
             }
             let lease = ManuallyDrop::new(lease);
-            if batch.head == NIL {
-                batch.tail = lease.tail;
-            } else {
-                self.set_link(lease.tail, batch.head);
-            }
-            batch.head = lease.head;
-            batch.blocks += blocks_for(lease.len);
+            lease.blocks_into(&mut batch.blocks);
         }
     }
 
@@ -181,13 +210,11 @@ impl Pool {
         self.capacity_bytes() - self.free_bytes()
     }
 
-    /// Splices the chain `head..=tail` of `blocks` blocks onto the front of the free list.
-    fn release(&self, head: u32, tail: u32, blocks: usize) {
+    /// Appends these blocks to the free queue.
+    fn release(&self, blocks: &[u32]) {
         let mut free = self.lock_free_list();
-        self.set_link(tail, free.head);
-        free.head = head;
-        free.len += blocks;
-        self.free_blocks.store(free.len, Ordering::Relaxed);
+        free.queue.extend(blocks.iter().copied());
+        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
     }
 
     fn lock_free_list(&self) -> MutexGuard<'_, FreeList> {
@@ -205,15 +232,14 @@ impl Pool {
     }
 
     /// Asks the CPU to bring the next free block (the next allocation's first block, whose
-    /// bytes are about to be written) and its link into cache. The block was last written
-    /// and read long ago (a message batched, sent and acknowledged), so without this the
-    /// next message's copy into it waits for memory; with it, the wait overlaps the work
-    /// between two messages.
+    /// bytes are about to be written) into cache. The block was last written and read long
+    /// ago (a message batched, sent and acknowledged), so without this the next message's
+    /// copy into it waits for memory; with it, the wait overlaps the work between two
+    /// messages.
     #[inline]
     fn prefetch(&self, block: u32) {
         if (block as usize) < self.blocks {
             crate::prefetch::bytes(self.block_ptr(block), Self::BLOCK_SIZE);
-            crate::prefetch::line(&self.next[block as usize]);
         }
     }
 
@@ -244,18 +270,16 @@ fn index(block: usize) -> u32 {
     u32::try_from(block).expect("block count was checked against NIL at start")
 }
 
-/// A chain of blocks on its way back to the free list.
+/// Blocks on their way back to the free queue.
 struct Batch {
     pool: &'static Pool,
-    head: u32,
-    tail: u32,
-    blocks: usize,
+    blocks: Vec<u32>,
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        if self.head != NIL {
-            self.pool.release(self.head, self.tail, self.blocks);
+        if !self.blocks.is_empty() {
+            self.pool.release(&self.blocks);
         }
     }
 }
@@ -265,7 +289,6 @@ impl Drop for Batch {
 pub struct Lease {
     pool: &'static Pool,
     head: u32,
-    tail: u32,
     len: usize,
 }
 
@@ -376,6 +399,16 @@ impl Lease {
         );
     }
 
+    /// Appends the lease's block numbers to `out`, in chain order.
+    fn blocks_into(&self, out: &mut impl Extend<u32>) {
+        let mut block = self.head;
+        out.extend([block]);
+        for _ in 1..blocks_for(self.len) {
+            block = self.pool.link(block);
+            out.extend([block]);
+        }
+    }
+
     /// The `n`-th block of this lease's chain; `n` must be below its block count.
     fn nth_block(&self, n: usize) -> u32 {
         debug_assert!(n < blocks_for(self.len));
@@ -407,8 +440,11 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        let mut free = self.pool.lock_free_list();
+        self.blocks_into(&mut free.queue);
         self.pool
-            .release(self.head, self.tail, blocks_for(self.len));
+            .free_blocks
+            .store(free.queue.len(), Ordering::Relaxed);
     }
 }
 
@@ -550,6 +586,73 @@ mod tests {
         drop(all);
         assert!(pool.alloc(10 * B + 1).is_none());
         assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+    }
+
+    #[test]
+    fn the_block_freed_longest_ago_is_handed_out_first() {
+        let pool = Pool::new_static(4 * B).unwrap();
+        let leases: Vec<Lease> = (0..4).map(|_| pool.alloc(1).unwrap()).collect();
+        let heads: Vec<u32> = leases.iter().map(|l| l.head).collect();
+        assert_eq!(heads, [0, 1, 2, 3], "a new pool hands out blocks in order");
+        let mut leases: Vec<Option<Lease>> = leases.into_iter().map(Some).collect();
+        // Freed 2, then 0 (one at a time), then 3 and 1 (as a batch).
+        drop(leases[2].take());
+        drop(leases[0].take());
+        pool.free_many([leases[3].take().unwrap(), leases[1].take().unwrap()]);
+        let again: Vec<u32> = (0..4).map(|_| pool.alloc(1).unwrap().head).collect();
+        assert_eq!(again, [2, 0, 3, 1]);
+    }
+
+    #[test]
+    fn alloc_each_takes_what_one_by_one_would() {
+        // 10 blocks: 3 + 1 + 5, then 2 and 2 do not fit, 1 does, and then nothing: as
+        // `alloc` decides one length at a time.
+        let lens = [300, 0, 600, 129, 256, 100, 1, 5];
+        let one_by_one: Vec<Option<usize>> = {
+            let pool = Pool::new_static(10 * B).unwrap();
+            let leases: Vec<Option<Lease>> = lens.iter().map(|&l| pool.alloc(l)).collect();
+            leases.iter().map(|l| l.as_ref().map(Lease::len)).collect()
+        };
+        let pool = Pool::new_static(10 * B).unwrap();
+        let mut out = vec![None];
+        pool.alloc_each(lens, &mut out);
+        let got: Vec<Option<usize>> = out[1..]
+            .iter()
+            .map(|l| l.as_ref().map(Lease::len))
+            .collect();
+        assert_eq!(got, one_by_one);
+        assert_eq!(
+            got,
+            [
+                Some(300),
+                Some(0),
+                Some(600),
+                None,
+                None,
+                Some(100),
+                None,
+                None
+            ]
+        );
+        assert_eq!(pool.free_bytes(), 0);
+        // Each lease is a chain of its own: written whole, read back, freed whole.
+        let data: Vec<Vec<u8>> = lens.iter().map(|&l| pattern(l as u64, l)).collect();
+        for (lease, want) in out[1..].iter_mut().zip(&data) {
+            if let Some(lease) = lease {
+                lease.write_at(0, want);
+            }
+        }
+        for (lease, want) in out[1..].iter().zip(&data) {
+            if let Some(lease) = lease {
+                assert_eq!(&lease.to_vec(), want);
+            }
+        }
+        drop(out);
+        assert_eq!(pool.free_bytes(), pool.capacity_bytes());
+        let all = pool
+            .alloc(10 * B)
+            .expect("every block back on the free list");
+        drop(all);
     }
 
     #[test]

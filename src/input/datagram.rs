@@ -146,11 +146,14 @@ impl RecvBatch {
         Ok(n as usize)
     }
 
-    /// The `i`th datagram of the last `recv` (truncated ones keep only what fitted, so
-    /// they fail the size check as malformed).
-    fn datagram(&self, i: usize) -> &[u8] {
-        let len = (self.headers[i].msg_len as usize).min(self.bufs[i].len());
-        &self.bufs[i][..len]
+    /// The first `n` datagrams of the last `recv` (truncated ones keep only what fitted,
+    /// so they fail the size check as malformed).
+    fn datagrams(&self, n: usize) -> impl Iterator<Item = &[u8]> {
+        self.headers
+            .iter()
+            .zip(&self.bufs)
+            .take(n)
+            .map(|(h, b)| &b[..(h.msg_len as usize).min(b.len())])
     }
 }
 
@@ -172,9 +175,7 @@ fn run(
             Ok(n) => {
                 let now = Instant::now();
                 ctx.batch_clock.set(Some(now));
-                for i in 0..n {
-                    ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
-                }
+                ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
                 poller.arrived(n, now);
                 // Messages wait in `out` at most MAX_HOLD while the input polls.
                 let mut held_since = (!out.is_empty()).then_some(now);
@@ -194,9 +195,7 @@ fn run(
                         Ok(n) if n > 0 => {
                             let now = Instant::now();
                             ctx.batch_clock.set(Some(now));
-                            for i in 0..n {
-                                ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
-                            }
+                            ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
                             poller.arrived(n, now);
                             if held_since.is_none() && !out.is_empty() {
                                 held_since = Some(now);
@@ -252,9 +251,7 @@ fn run(
         if n == 0 {
             break;
         }
-        for i in 0..n {
-            ctx.accept(batch.datagram(i), Source::Datagram, &mut out);
-        }
+        ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
         ctx.flush(&mut out);
         taken += n;
     }

@@ -108,9 +108,40 @@ pub struct InputCtx {
     pub spool: Option<&'static Spool>,
     /// The spooled messages of the batch being collected, encoded as they are accepted.
     pub spool_batch: std::cell::RefCell<SpoolBatch>,
+    /// Scratch for [`InputCtx::accept_many`].
+    pub leases: std::cell::RefCell<LeaseScratch>,
 }
 
 /// Spool records of the batch being collected; buffers reused from batch to batch.
+/// Most messages [`InputCtx::accept_many`] allocates for under one pool lock (a
+/// `recvmmsg` batch: see `datagram::RECV_BATCH`).
+pub const ACCEPT_CHUNK: usize = 32;
+
+/// A decoded message with its topic id, waiting for its pool blocks.
+#[derive(Clone, Copy)]
+struct Admitted<'a> {
+    msg: ClientMsg<'a>,
+    topic: TopicId,
+    spooled: bool,
+}
+
+impl Admitted<'_> {
+    fn payload_len(&self) -> usize {
+        self.msg.key.len() + self.msg.value.len()
+    }
+}
+
+/// Leases allocated for the messages being taken ([`InputCtx::accept_many`]), reused.
+#[derive(Default)]
+pub struct LeaseScratch(Vec<Option<Lease>>);
+
+impl Clone for LeaseScratch {
+    /// Each input thread starts with an empty one of its own.
+    fn clone(&self) -> Self {
+        LeaseScratch::default()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SpoolBatch {
     bytes: Vec<u8>,
@@ -143,45 +174,99 @@ impl InputCtx {
     /// Decodes one client message and, if valid and there is pool room, appends it to
     /// `out`. Every outcome is counted: received, and either queued or discarded.
     pub fn accept(&self, bytes: &[u8], source: Source, out: &mut Vec<Msg>) {
-        let m = self.metrics;
         match wire::parse(bytes) {
-            Ok(msg) => self.accept_parsed(msg, source, out),
-            Err(e) => {
-                m.received(NO_TOPIC, 1);
-                if let Some(log) = m.discard_log() {
-                    let info = match e {
-                        WireError::Malformed(_) => DiscardInfo::Malformed,
-                        WireError::UnsupportedApiKey(k) => DiscardInfo::ApiKey(k),
-                        WireError::UnsupportedVersion { version, .. } => {
-                            DiscardInfo::Version(version)
+            Ok(msg) => {
+                if let Some(a) = self.admit(msg, source) {
+                    let lease = self.pool.alloc(a.payload_len());
+                    self.take(a, lease, out);
+                }
+            }
+            Err(e) => self.reject(e, bytes),
+        }
+    }
+
+    /// [`InputCtx::accept`] for several messages read together (one `recvmmsg`): the pool
+    /// blocks for up to [`ACCEPT_CHUNK`] of them are taken under one lock
+    /// ([`Pool::alloc_each`]), with the same outcome as one at a time.
+    pub fn accept_many<'a>(
+        &self,
+        messages: impl IntoIterator<Item = &'a [u8]>,
+        source: Source,
+        out: &mut Vec<Msg>,
+    ) {
+        let mut admitted = [None::<Admitted<'a>>; ACCEPT_CHUNK];
+        let mut n = 0;
+        for bytes in messages {
+            match wire::parse(bytes) {
+                Ok(msg) => {
+                    if let Some(a) = self.admit(msg, source) {
+                        admitted[n] = Some(a);
+                        n += 1;
+                        if n == ACCEPT_CHUNK {
+                            self.take_all(&admitted, out);
+                            n = 0;
                         }
-                    };
-                    log.log_input(SystemTime::now(), info, bytes);
-                }
-                match e {
-                    WireError::Malformed(_) => {
-                        m.inc(Counter::InputAgentDiscardMsgMalformed);
-                        m.input_discard(DiscardReason::Malformed, bytes);
-                    }
-                    WireError::UnsupportedApiKey(_) => {
-                        m.inc(Counter::InputAgentDiscardMsgUnsupportedApiKey);
-                        m.input_discard(DiscardReason::UnsupportedApiKey, bytes);
-                    }
-                    WireError::UnsupportedVersion { api_key, version } => {
-                        m.inc(if api_key == wire::API_KEY_PARTITION_KEY {
-                            Counter::InputAgentDiscardPartitionKeyMsgUnsupportedApiVersion
-                        } else {
-                            Counter::InputAgentDiscardAnyPartitionMsgUnsupportedApiVersion
-                        });
-                        m.unsupported_version(version, bytes);
                     }
                 }
+                Err(e) => self.reject(e, bytes),
+            }
+        }
+        self.take_all(&admitted[..n], out);
+    }
+
+    /// Allocates for `admitted` with one pool lock, then takes each in order.
+    fn take_all(&self, admitted: &[Option<Admitted<'_>>], out: &mut Vec<Msg>) {
+        let admitted = admitted.iter().flatten();
+        let mut leases = self.leases.borrow_mut();
+        leases.0.clear();
+        self.pool
+            .alloc_each(admitted.clone().map(Admitted::payload_len), &mut leases.0);
+        // Start bringing every first block into cache before the first copy: they come
+        // from memory (the pool hands out the blocks freed longest ago).
+        for lease in leases.0.iter().flatten() {
+            lease.prefetch();
+        }
+        for (i, &a) in admitted.enumerate() {
+            let lease = leases.0[i].take();
+            self.take(a, lease, out);
+        }
+    }
+
+    /// Counts a message that failed to decode and discards it.
+    fn reject(&self, e: WireError, bytes: &[u8]) {
+        let m = self.metrics;
+        m.received(NO_TOPIC, 1);
+        if let Some(log) = m.discard_log() {
+            let info = match e {
+                WireError::Malformed(_) => DiscardInfo::Malformed,
+                WireError::UnsupportedApiKey(k) => DiscardInfo::ApiKey(k),
+                WireError::UnsupportedVersion { version, .. } => DiscardInfo::Version(version),
+            };
+            log.log_input(SystemTime::now(), info, bytes);
+        }
+        match e {
+            WireError::Malformed(_) => {
+                m.inc(Counter::InputAgentDiscardMsgMalformed);
+                m.input_discard(DiscardReason::Malformed, bytes);
+            }
+            WireError::UnsupportedApiKey(_) => {
+                m.inc(Counter::InputAgentDiscardMsgUnsupportedApiKey);
+                m.input_discard(DiscardReason::UnsupportedApiKey, bytes);
+            }
+            WireError::UnsupportedVersion { api_key, version } => {
+                m.inc(if api_key == wire::API_KEY_PARTITION_KEY {
+                    Counter::InputAgentDiscardPartitionKeyMsgUnsupportedApiVersion
+                } else {
+                    Counter::InputAgentDiscardAnyPartitionMsgUnsupportedApiVersion
+                });
+                m.unsupported_version(version, bytes);
             }
         }
     }
 
-    fn accept_parsed(&self, msg: ClientMsg<'_>, source: Source, out: &mut Vec<Msg>) {
-        let m = self.metrics;
+    /// Counts a decoded message and finds its topic id; `None` if it was discarded (the
+    /// topic table is full).
+    fn admit<'a>(&self, msg: ClientMsg<'a>, source: Source) -> Option<Admitted<'a>> {
         {
             let mut c = self.counts.borrow_mut();
             match msg.kind {
@@ -193,10 +278,25 @@ impl InputCtx {
         }
         let Some((topic, spooled)) = self.topic(msg.topic) else {
             self.topic_table_full(msg.timestamp);
-            return;
+            return None;
         };
-        let len = msg.key.len() + msg.value.len();
-        let Some(mut payload) = self.pool.alloc(len) else {
+        Some(Admitted {
+            msg,
+            topic,
+            spooled,
+        })
+    }
+
+    /// Copies an admitted message into its pool blocks and appends it to `out`; counted
+    /// and discarded if the pool had no room (`lease` is `None`).
+    fn take(&self, a: Admitted<'_>, lease: Option<Lease>, out: &mut Vec<Msg>) {
+        let m = self.metrics;
+        let Admitted {
+            msg,
+            topic,
+            spooled,
+        } = a;
+        let Some(mut payload) = lease else {
             m.received(topic, 1);
             if let Some(log) = m.discard_log() {
                 let kind = DiscardKind::Discard(DiscardInfo::NoMem);
@@ -579,6 +679,7 @@ mod tests {
             counts: Default::default(),
             spool: None,
             spool_batch: Default::default(),
+            leases: Default::default(),
         };
         (ctx, from_inputs)
     }
