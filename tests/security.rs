@@ -134,7 +134,7 @@ fn stunnel_bin() -> &'static str {
             return b;
         }
     }
-    panic!("stunnel is not installed (Debian: apt-get install stunnel4; .ci/run does it)");
+    panic!("stunnel is not installed (Debian: apt-get install stunnel4; scripts/test.sh does it)");
 }
 
 impl Stunnel {
