@@ -216,6 +216,9 @@ impl InputCtx {
 
     /// Allocates for `admitted` with one pool lock, then takes each in order.
     fn take_all(&self, admitted: &[Option<Admitted<'_>>], out: &mut Vec<Msg>) {
+        if admitted.is_empty() {
+            return;
+        }
         let admitted = admitted.iter().flatten();
         let mut leases = self.leases.borrow_mut();
         leases.0.clear();
