@@ -123,12 +123,7 @@ impl Pool {
     pub fn alloc(&'static self, len: usize) -> Option<Lease> {
         let mut free = self.lock_free_list();
         let lease = self.take(&mut free.queue, len);
-        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
-        let next = free.queue.front().copied();
-        drop(free);
-        if let Some(next) = next {
-            self.prefetch(next);
-        }
+        self.unlock_after_take(free);
         lease
     }
 
@@ -147,23 +142,20 @@ impl Pool {
         for len in lens {
             out.push(self.take(&mut free.queue, len));
         }
-        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
-        let next = free.queue.front().copied();
-        drop(free);
-        if let Some(next) = next {
-            self.prefetch(next);
-        }
+        self.unlock_after_take(free);
     }
 
     /// Takes the blocks for `len` bytes off the front of the free queue (the caller holds
     /// the lock), chained in `next`; `None`, taking nothing, if too few are free.
     fn take(&'static self, queue: &mut VecDeque<u32>, len: usize) -> Option<Lease> {
         let needed = blocks_for(len);
-        let rest = queue.len().checked_sub(needed)?;
-        let head = queue.pop_front()?;
+        if needed > queue.len() {
+            return None;
+        }
+        let mut blocks = queue.drain(..needed);
+        let head = blocks.next()?;
         let mut prev = head;
-        while queue.len() > rest {
-            let Some(b) = queue.pop_front() else { break };
+        for b in blocks {
             self.set_link(prev, b);
             prev = b;
         }
@@ -210,10 +202,21 @@ impl Pool {
         self.capacity_bytes() - self.free_bytes()
     }
 
-    /// Appends these blocks to the free queue.
-    fn release(&self, blocks: &[u32]) {
+    /// Publishes the free queue's length after blocks were taken, releases the lock, and
+    /// asks for the next block to be handed out to be brought into cache.
+    fn unlock_after_take(&self, free: MutexGuard<'_, FreeList>) {
+        self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
+        let next = free.queue.front().copied();
+        drop(free);
+        if let Some(next) = next {
+            self.prefetch(next);
+        }
+    }
+
+    /// Appends blocks to the free queue (`append` pushes them) under the lock.
+    fn release(&self, append: impl FnOnce(&mut VecDeque<u32>)) {
         let mut free = self.lock_free_list();
-        free.queue.extend(blocks.iter().copied());
+        append(&mut free.queue);
         self.free_blocks.store(free.queue.len(), Ordering::Relaxed);
     }
 
@@ -279,7 +282,7 @@ struct Batch {
 impl Drop for Batch {
     fn drop(&mut self) {
         if !self.blocks.is_empty() {
-            self.pool.release(&self.blocks);
+            self.pool.release(|q| q.extend(self.blocks.iter().copied()));
         }
     }
 }
@@ -440,11 +443,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut free = self.pool.lock_free_list();
-        self.blocks_into(&mut free.queue);
-        self.pool
-            .free_blocks
-            .store(free.queue.len(), Ordering::Relaxed);
+        self.pool.release(|q| self.blocks_into(q));
     }
 }
 

@@ -112,7 +112,6 @@ pub struct InputCtx {
     pub leases: std::cell::RefCell<LeaseScratch>,
 }
 
-/// Spool records of the batch being collected; buffers reused from batch to batch.
 /// Most messages [`InputCtx::accept_many`] allocates for under one pool lock (a
 /// `recvmmsg` batch: see `datagram::RECV_BATCH`).
 pub const ACCEPT_CHUNK: usize = 32;
@@ -142,6 +141,7 @@ impl Clone for LeaseScratch {
     }
 }
 
+/// Spool records of the batch being collected; buffers reused from batch to batch.
 #[derive(Debug, Default)]
 pub struct SpoolBatch {
     bytes: Vec<u8>,
