@@ -553,14 +553,15 @@ impl InputCtx {
         if let Some(c) = forwarded {
             m.add(c, n);
         }
+        // Tracked before counted as received: a commit point never passes a message that
+        // the counters show as received (see report::commit_points).
+        m.track_received_all(out.iter());
         // Per topic, each topic's messages found by one grouping pass.
         let mut groups = self.groups.borrow_mut();
         groups.group(out);
         for (t, idx) in groups.iter() {
             let n = idx.len() as u64;
-            // Tracked before counted as received: a commit point never passes a message
-            // that the counters show as received (see report::commit_points).
-            m.receive_tracked(t, idx.iter().map(|&i| &out[i as usize]), n);
+            m.received(t, n);
             if source == Some(Source::Spool) {
                 // Replayed: Kafka may already have them (see spool::recovery).
                 let (lo, hi) = idx

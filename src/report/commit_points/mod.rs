@@ -34,17 +34,25 @@
 //!
 //! # Cost
 //!
-//! No per-message lock or allocation: an input registers each topic's messages of one input
-//! batch under that topic's lock, and an acknowledgement or discard resolves a batch the
-//! same way. Consecutive equal keys (messages of the same millisecond) and equal arrival
-//! times (one input batch) are merged into one multiset update, so a batch touches a few
-//! entries of a sorted deque, not one per message (`multiset.rs`).
+//! No per-message lock or allocation, and nothing per topic on an input's thread: an input
+//! appends its whole batch to one log (one lock per input batch; consecutive messages of a
+//! topic with equal key and arrival are one entry), and whoever next needs a topic's
+//! tracker (an acknowledgement or discard resolving messages, a status or state file read)
+//! first applies the whole log, topic by topic ([`Tracking::settle`]). Applying before
+//! resolving or reading keeps every guarantee above: a message is in its topic's multiset
+//! before anything resolves it or computes a commit point, so `T` never passes it. With
+//! many topics this matters: the trackers' memory is touched by the thread that resolves
+//! (the acknowledgement reader, on another CPU), not also by the input, the daemon's
+//! busiest thread, which otherwise waits for those lines to come back from the other
+//! core. Consecutive equal keys (messages of the same millisecond) and equal arrival times
+//! (one input batch) are merged into one multiset update, so a batch touches a few entries
+//! of a sorted deque, not one per message (`multiset.rs`).
 //!
 //! This file holds the tracker ([`TopicTrack`], pure), the shared per-topic cell and the
 //! hooks ([`Tracking`]); `latency.rs` the latency histogram; `state_file.rs` the state file
 //! and the thread that writes it.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -75,13 +83,13 @@ impl<T: PartialEq + Copy> RunLength<T> {
         RunLength { run: None }
     }
 
-    fn push(&mut self, v: T) -> Option<(T, u64)> {
+    fn push(&mut self, v: T, count: u64) -> Option<(T, u64)> {
         match &mut self.run {
             Some((cur, n)) if *cur == v => {
-                *n += 1;
+                *n += count;
                 None
             }
-            _ => self.run.replace((v, 1)),
+            _ => self.run.replace((v, count)),
         }
     }
 
@@ -115,19 +123,24 @@ impl TopicTrack {
     /// Registers received messages. Returns how many of them were late arrivals (key ≤ the
     /// commit point before this call).
     pub fn receive(&mut self, msgs: impl IntoIterator<Item = (i64, u64)>) -> u64 {
+        self.receive_runs(msgs.into_iter().map(|(key, arrival)| (key, arrival, 1)))
+    }
+
+    /// [`TopicTrack::receive`] for runs of messages: `(key, arrival, how many)`.
+    pub fn receive_runs(&mut self, runs: impl IntoIterator<Item = (i64, u64, u64)>) -> u64 {
         let before = self.commit_point();
         let (mut keys, mut arrivals) = (RunLength::new(), RunLength::new());
         let (mut n, mut late) = (0u64, 0u64);
-        for (key, arrival) in msgs {
-            n += 1;
+        for (key, arrival, count) in runs {
+            n += count;
             if before.is_some_and(|t| key <= t) {
-                late += 1;
+                late += count;
             }
             self.max_key = self.max_key.max(Some(key));
-            if let Some((v, c)) = keys.push(key) {
+            if let Some((v, c)) = keys.push(key, count) {
                 self.keys.add(v, c);
             }
-            if let Some((v, c)) = arrivals.push(arrival) {
+            if let Some((v, c)) = arrivals.push(arrival, count) {
                 self.arrivals.add(v, c);
             }
         }
@@ -149,10 +162,10 @@ impl TopicTrack {
         let (mut keys, mut arrivals) = (RunLength::new(), RunLength::new());
         let mut removed = 0u64;
         for (key, arrival) in msgs {
-            if let Some((v, c)) = keys.push(key) {
+            if let Some((v, c)) = keys.push(key, 1) {
                 removed += self.keys.remove(v, c);
             }
-            if let Some((v, c)) = arrivals.push(arrival) {
+            if let Some((v, c)) = arrivals.push(arrival, 1) {
                 self.arrivals.remove(v, c);
             }
         }
@@ -256,7 +269,91 @@ pub struct Tracking {
     /// Arrivals are kept as milliseconds since this instant.
     anchor: Instant,
     file_errors: AtomicU64,
+    /// Received messages not yet applied to their topics' trackers.
+    pending: Pending,
 }
+
+/// Runs of received messages logged by inputs and not yet applied to their topics'
+/// trackers (see the module doc, "Cost").
+#[derive(Debug, Default)]
+struct Pending {
+    log: Mutex<Vec<Logged>>,
+    /// Held while applying, so that no one reads or resolves a tracker while runs taken
+    /// from the log are still on their way to it.
+    applying: Mutex<Applying>,
+    /// Runs logged and not yet applied: zero means every run logged before is in its
+    /// tracker. Raised under the log's lock, lowered only once the runs are applied.
+    unapplied: AtomicUsize,
+}
+
+/// Scratch for applying the log, reused: the runs taken from it (swapped with the log's
+/// buffer) and the same runs grouped by topic.
+#[derive(Debug, Default)]
+struct Applying {
+    runs: Vec<Logged>,
+    grouped: Vec<Logged>,
+    /// Each topic's `(topic, first index in grouped, runs)`, in order of first appearance.
+    topics: Vec<(u32, usize, usize)>,
+    /// Per topic id: its index in `topics` plus one (0: not seen in this pass).
+    slot: Vec<u32>,
+}
+
+impl Applying {
+    /// Groups `runs` by topic into `grouped`, keeping each topic's runs in log order (a
+    /// counting sort: linear, where a comparison sort was the larger part of applying).
+    fn group(&mut self) {
+        let Applying {
+            runs,
+            grouped,
+            topics,
+            slot,
+        } = self;
+        topics.clear();
+        for r in runs.iter() {
+            let t = r.topic as usize;
+            if slot.len() <= t {
+                slot.resize(t + 1, 0);
+            }
+            match slot[t] {
+                0 => {
+                    topics.push((r.topic, 0, 1));
+                    slot[t] = u32::try_from(topics.len()).unwrap_or(u32::MAX);
+                }
+                i => topics[i as usize - 1].2 += 1,
+            }
+        }
+        let mut next = 0;
+        for g in topics.iter_mut() {
+            g.1 = next;
+            next += g.2;
+        }
+        grouped.clear();
+        grouped.resize(runs.len(), Logged::default());
+        // Each topic's start serves as its next free place while filling, then goes back.
+        for r in runs.iter() {
+            let g = &mut topics[slot[r.topic as usize] as usize - 1];
+            grouped[g.1] = *r;
+            g.1 += 1;
+        }
+        for g in topics.iter_mut() {
+            g.1 -= g.2;
+            slot[g.0 as usize] = 0;
+        }
+    }
+}
+
+/// Consecutive messages of one topic with the same tracking key and arrival.
+#[derive(Debug, Clone, Copy, Default)]
+struct Logged {
+    topic: u32,
+    count: u32,
+    key: i64,
+    arrival: u64,
+}
+
+/// Logged runs past which the logging input applies the log itself: no reader or
+/// resolver has come by (no acknowledgements for a while), and the log stays small.
+pub const PENDING_MAX: usize = 1 << 16;
 
 impl Tracking {
     pub fn new(enabled: bool) -> Self {
@@ -264,6 +361,7 @@ impl Tracking {
             enabled,
             anchor: Instant::now(),
             file_errors: AtomicU64::new(0),
+            pending: Pending::default(),
         }
     }
 
@@ -301,7 +399,96 @@ impl Tracking {
         }
     }
 
-    /// Registers messages of one topic as received (their `commit_key` set).
+    /// Logs received messages (their `commit_key` set; any topics, in the order received)
+    /// to be applied to their topics' trackers by the next [`Tracking::settle`]; messages
+    /// of `untracked` (topic "") are left out. Returns whether the log has grown past
+    /// [`PENDING_MAX`] runs, when the caller should settle it.
+    pub fn log_received<'a>(
+        &self,
+        msgs: impl IntoIterator<Item = &'a Msg>,
+        untracked: u32,
+    ) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let mut pairs = self.pairs();
+        let mut log = self
+            .pending
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = log.len();
+        let mut run: Option<Logged> = None;
+        for m in msgs {
+            if m.topic == untracked {
+                continue;
+            }
+            let (key, arrival) = pairs(m);
+            match &mut run {
+                Some(r)
+                    if r.topic == m.topic
+                        && r.key == key
+                        && r.arrival == arrival
+                        && r.count < u32::MAX =>
+                {
+                    r.count += 1;
+                }
+                _ => {
+                    if let Some(r) = run.replace(Logged {
+                        topic: m.topic,
+                        count: 1,
+                        key,
+                        arrival,
+                    }) {
+                        log.push(r);
+                    }
+                }
+            }
+        }
+        log.extend(run);
+        // Raised before the lock is let go: a settle that takes these runs lowers it after.
+        self.pending
+            .unapplied
+            .fetch_add(log.len() - before, Ordering::Release);
+        log.len() > PENDING_MAX
+    }
+
+    /// Applies every logged run to its topic's tracker (`cell` gives a topic's cell).
+    /// Call before resolving or reading any tracker. Cheap when nothing is logged.
+    pub fn settle<'c>(&self, cell: impl Fn(u32) -> &'c TopicCell) {
+        if self.pending.unapplied.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut applying = self
+            .pending
+            .applying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        std::mem::swap(
+            &mut *self
+                .pending
+                .log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            &mut applying.runs,
+        );
+        // Each topic's runs in one visit (late arrivals are judged against the topic's
+        // commit point before the visit).
+        applying.group();
+        for &(topic, start, n) in &applying.topics {
+            cell(topic).track().receive_runs(
+                applying.grouped[start..start + n]
+                    .iter()
+                    .map(|r| (r.key, r.arrival, u64::from(r.count))),
+            );
+        }
+        self.pending
+            .unapplied
+            .fetch_sub(applying.runs.len(), Ordering::Release);
+        applying.runs.clear();
+    }
+
+    /// Registers messages of one topic as received at once (their `commit_key` set).
     pub fn receive<'a>(&self, cell: &TopicCell, msgs: impl Iterator<Item = &'a Msg>) {
         if self.enabled {
             cell.track().receive(msgs.map(self.pairs()));
@@ -488,6 +675,108 @@ mod tests {
     }
 
     #[test]
+    fn logged_messages_reach_their_trackers_when_settled() {
+        let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
+        let tracking = Tracking::new(true);
+        let cells = [
+            TopicCell::default(),
+            TopicCell::default(),
+            TopicCell::default(),
+        ];
+        let at = Instant::now();
+        let msg = |topic, key| Msg::for_test(pool, topic, key, 1, at);
+        // Topic 0 stands for "" here: never tracked.
+        let batch = [
+            msg(1, 100),
+            msg(1, 100),
+            msg(2, 50),
+            msg(1, 100),
+            msg(0, 7),
+            msg(1, 90),
+        ];
+        assert!(!tracking.log_received(&batch, 0));
+        assert_eq!(
+            tracking.pending.unapplied.load(Ordering::Relaxed),
+            4,
+            "runs: (1, 100) x2, (2, 50), (1, 100), (1, 90)"
+        );
+        assert_eq!(cells[1].track().unresolved(), 0, "logged, not yet applied");
+        tracking.settle(|t| &cells[t as usize]);
+        assert_eq!(tracking.pending.unapplied.load(Ordering::Relaxed), 0);
+        let (a, b) = (cells[1].track(), cells[2].track());
+        assert_eq!(
+            (a.unresolved(), a.commit_point(), a.late()),
+            (4, Some(89), 0)
+        );
+        assert_eq!((b.unresolved(), b.commit_point()), (1, Some(49)));
+        assert_eq!(cells[0].track().unresolved(), 0);
+        drop((a, b));
+        // Settling again with nothing logged changes nothing.
+        tracking.settle(|t| &cells[t as usize]);
+        assert_eq!(cells[1].track().unresolved(), 4);
+        // Later runs judged late against the commit point when they are applied.
+        tracking.resolve(&cells[1], &batch[..2]);
+        assert!(!tracking.log_received(&[msg(1, 80)], 0));
+        tracking.settle(|t| &cells[t as usize]);
+        assert_eq!(
+            cells[1].track().late(),
+            1,
+            "80 is below the commit point 89"
+        );
+        assert_eq!(cells[1].track().commit_point(), Some(79));
+    }
+
+    proptest! {
+        #[test]
+        fn grouping_keeps_each_topics_runs_in_order(
+            passes in prop::collection::vec(prop::collection::vec(0u32..50, 0..300), 1..4)
+        ) {
+            let mut a = Applying::default();
+            for topics in passes {
+                a.runs = topics
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &topic)| Logged { topic, count: 1, key: i as i64, arrival: 0 })
+                    .collect();
+                a.group();
+                let mut seen = std::collections::HashSet::new();
+                let mut covered = 0;
+                for &(topic, start, n) in &a.topics {
+                    prop_assert!(seen.insert(topic), "topic {} listed twice", topic);
+                    let got: Vec<i64> = a.grouped[start..start + n].iter().map(|r| r.key).collect();
+                    let want: Vec<i64> = a.runs.iter().filter(|r| r.topic == topic).map(|r| r.key).collect();
+                    prop_assert_eq!(got, want);
+                    covered += n;
+                }
+                prop_assert_eq!(covered, a.runs.len());
+                prop_assert!(a.slot.iter().all(|&s| s == 0), "slots cleared for the next pass");
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_log_asks_to_be_settled() {
+        let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
+        let tracking = Tracking::new(true);
+        let at = Instant::now();
+        let (a, b) = (
+            Msg::for_test(pool, 1, 10, 0, at),
+            Msg::for_test(pool, 1, 20, 0, at),
+        );
+        // Alternating keys: every message a run of its own.
+        let runs = |n| [&a, &b].into_iter().cycle().take(n);
+        assert!(!tracking.log_received(runs(PENDING_MAX), 0));
+        assert!(tracking.log_received(runs(1), 0));
+        let cell = TopicCell::default();
+        tracking.settle(|_| &cell);
+        assert_eq!(cell.track().unresolved(), PENDING_MAX as u64 + 1);
+        assert!(
+            !Tracking::new(false).log_received(runs(PENDING_MAX + 1), 0),
+            "off: nothing logged"
+        );
+    }
+
+    #[test]
     fn trackers_on_one_thread_do_not_share_arrival_conversions() {
         let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
         let base = Instant::now();
@@ -498,6 +787,7 @@ mod tests {
             enabled: true,
             anchor,
             file_errors: AtomicU64::new(0),
+            pending: Pending::default(),
         };
         let (a, b) = (tracker(base), tracker(earlier));
         let (cell_a, cell_b) = (TopicCell::default(), TopicCell::default());

@@ -1,9 +1,9 @@
-//! Commit points and delivery latency on the metrics: the hooks the inputs, ack readers and
-//! discards call once per topic per batch, and what the status pages read. The tracking
-//! itself is [`crate::report::commit_points`]; each topic's state lives in its slot of the
-//! topic table.
+//! Commit points and delivery latency on the metrics: the hooks the inputs call once per
+//! batch and the ack readers and discards once per topic per batch, and what the status
+//! pages read. The tracking itself is [`crate::report::commit_points`]; each topic's state
+//! lives in its slot of the topic table.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use super::{Metrics, TopicId, NO_TOPIC};
@@ -11,29 +11,34 @@ use crate::pipeline::Msg;
 use crate::report::commit_points::{LatencySnapshot, Points};
 
 impl Metrics {
-    /// Messages of topic `t` (one input batch's share, `commit_key` set) enter commit-point
-    /// tracking. Must be called before `received` counts them, so that a commit point never
-    /// covers a message counted as received. Topic "" is not tracked.
-    pub fn track_received<'a>(&self, t: TopicId, msgs: impl Iterator<Item = &'a Msg>) {
-        if t != NO_TOPIC {
-            self.tracking.receive(&self.topics.stats(t).delivery, msgs);
+    /// Messages (`commit_key` set; any topics, in the order received) enter commit-point
+    /// tracking: logged, to be applied to their topics' trackers before anything resolves
+    /// or reads one (see [`crate::report::commit_points`], "Cost"). Must be called before
+    /// `received` counts them, so that a commit point never covers a message counted as
+    /// received. Topic "" is not tracked.
+    pub fn track_received_all<'a>(&self, msgs: impl IntoIterator<Item = &'a Msg>) {
+        if self.tracking.log_received(msgs, NO_TOPIC) {
+            self.settle_tracking();
         }
     }
 
-    /// [`Metrics::track_received`], then [`Metrics::received`] for the same `n` messages:
-    /// one input batch's share of topic `t`, the topic's slot looked up once.
-    pub fn receive_tracked<'a>(&self, t: TopicId, msgs: impl Iterator<Item = &'a Msg>, n: u64) {
-        let s = self.topics.stats(t);
+    /// [`Metrics::track_received_all`] for messages of one topic.
+    pub fn track_received<'a>(&self, t: TopicId, msgs: impl Iterator<Item = &'a Msg>) {
         if t != NO_TOPIC {
-            self.tracking.receive(&s.delivery, msgs);
+            self.track_received_all(msgs);
         }
-        s.received.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Applies the messages logged as received to their topics' trackers.
+    fn settle_tracking(&self) {
+        self.tracking.settle(|t| &self.topics.stats(t).delivery);
     }
 
     /// Messages of topic `t` were acknowledged at `now`: latency, and resolved. (Topic ""
     /// is never delivered: the router discards its messages.)
     pub fn track_delivered(&self, t: TopicId, msgs: &[Msg], now: Instant) {
         if t != NO_TOPIC {
+            self.settle_tracking();
             self.tracking
                 .delivered(&self.topics.stats(t).delivery, msgs, now);
         }
@@ -42,6 +47,7 @@ impl Metrics {
     /// Messages of topic `t` were discarded: resolved.
     pub fn track_discarded(&self, t: TopicId, msgs: &[Msg]) {
         if t != NO_TOPIC {
+            self.settle_tracking();
             self.tracking.resolve(&self.topics.stats(t).delivery, msgs);
         }
     }
@@ -52,6 +58,7 @@ impl Metrics {
         if !self.tracking.enabled() {
             return None;
         }
+        self.settle_tracking();
         let mut topics = Vec::new();
         let mut bounds = Vec::new();
         for id in 1..self.topics.len() {
