@@ -174,9 +174,6 @@ impl CompressError {
     }
 }
 
-/// LZ4 block size: the LZ4 frame default, and what Java and librdkafka write.
-const LZ4_BLOCK_SIZE: lz4_flex::frame::BlockSize = lz4_flex::frame::BlockSize::Max64KB;
-
 /// A snappy copy element of at most 3 bytes expands to at most 64 bytes, so no valid raw
 /// block decompresses to more than ~22 times its size; a header claiming more is corrupt,
 /// and we refuse to allocate for it.
@@ -261,18 +258,22 @@ fn compress_snappy(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError>
 }
 
 fn compress_lz4(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
-    let info = lz4_flex::frame::FrameInfo::new()
-        .block_size(LZ4_BLOCK_SIZE)
-        .block_mode(lz4_flex::frame::BlockMode::Independent)
-        .content_size(u64::try_from(input.len()).ok())
-        .content_checksum(false)
-        .block_checksums(false);
-    let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, out);
-    enc.write_all(input)
-        .map_err(|e| CompressError::compress(Codec::Lz4, e))?;
-    enc.finish()
-        .map(|_| ())
-        .map_err(|e| CompressError::compress(Codec::Lz4, e))
+    // The reference C library (through the `lz4` crate) writes the frame: on log-like text
+    // it compresses about 1.5 times as fast as `lz4_flex`, which still does the decoding
+    // (bounded, and of untrusted bytes). The same frame either way (doc/performance.md,
+    // "Round nine").
+    let fail = |e| CompressError::compress(Codec::Lz4, e);
+    let mut enc = lz4::EncoderBuilder::new()
+        // The LZ4 frame default, and what Java and librdkafka write.
+        .block_size(lz4::BlockSize::Max64KB)
+        .block_mode(lz4::BlockMode::Independent)
+        .block_checksum(lz4::liblz4::BlockChecksum::NoBlockChecksum)
+        .checksum(lz4::ContentChecksum::NoChecksum)
+        .content_size(u64::try_from(input.len()).unwrap_or(0))
+        .build(out)
+        .map_err(fail)?;
+    enc.write_all(input).map_err(fail)?;
+    enc.finish().1.map_err(fail)
 }
 
 fn compress_zstd(level: Option<i32>, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
