@@ -294,25 +294,33 @@ impl Clone for TopicGroups {
 impl TopicGroups {
     /// Groups `msgs` (at most `u32::MAX` of them).
     pub fn group(&mut self, msgs: &[Msg]) {
+        self.group_topics(msgs.iter().map(|m| m.topic));
+    }
+
+    /// Groups any items by topic, given each item's topic in order (at most `u32::MAX`
+    /// items; `topics` is walked twice).
+    pub fn group_topics(&mut self, topics: impl Iterator<Item = TopicId> + Clone) {
         for &(t, _, _) in &self.groups {
             self.slot_of[t as usize] = 0;
         }
         self.groups.clear();
-        for m in msgs {
-            let t = m.topic as usize;
+        let mut len = 0;
+        for topic in topics.clone() {
+            len += 1;
+            let t = topic as usize;
             if self.slot_of.len() <= t {
                 self.slot_of.resize(t + 1, 0);
             }
             match self.slot_of[t] {
                 0 => {
-                    self.groups.push((m.topic, 0, 1));
+                    self.groups.push((topic, 0, 1));
                     self.slot_of[t] = self.groups.len() as u32;
                 }
                 g => self.groups[g as usize - 1].2 += 1,
             }
         }
         if self.groups.len() == 1 {
-            while self.identity.len() < msgs.len() {
+            while self.identity.len() < len {
                 self.identity.push(self.identity.len() as u32);
             }
             return;
@@ -323,11 +331,11 @@ impl TopicGroups {
             start += g.2;
         }
         self.order.clear();
-        self.order.resize(msgs.len(), 0);
+        self.order.resize(len, 0);
         self.fill.clear();
         self.fill.extend(self.groups.iter().map(|g| g.1));
-        for (i, m) in msgs.iter().enumerate() {
-            let g = self.slot_of[m.topic as usize] as usize - 1;
+        for (i, topic) in topics.enumerate() {
+            let g = self.slot_of[topic as usize] as usize - 1;
             self.order[self.fill[g] as usize] = i as u32;
             self.fill[g] += 1;
         }

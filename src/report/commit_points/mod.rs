@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::pipeline::Msg;
+use crate::pipeline::{Msg, TopicGroups};
 
 mod latency;
 mod multiset;
@@ -287,63 +287,15 @@ struct Pending {
 }
 
 /// Scratch for applying the log, reused: the runs taken from it (swapped with the log's
-/// buffer) and the same runs grouped by topic.
+/// buffer) and their grouping by topic.
 #[derive(Debug, Default)]
 struct Applying {
     runs: Vec<Logged>,
-    grouped: Vec<Logged>,
-    /// Each topic's `(topic, first index in grouped, runs)`, in order of first appearance.
-    topics: Vec<(u32, usize, usize)>,
-    /// Per topic id: its index in `topics` plus one (0: not seen in this pass).
-    slot: Vec<u32>,
-}
-
-impl Applying {
-    /// Groups `runs` by topic into `grouped`, keeping each topic's runs in log order (a
-    /// counting sort: linear, where a comparison sort was the larger part of applying).
-    fn group(&mut self) {
-        let Applying {
-            runs,
-            grouped,
-            topics,
-            slot,
-        } = self;
-        topics.clear();
-        for r in runs.iter() {
-            let t = r.topic as usize;
-            if slot.len() <= t {
-                slot.resize(t + 1, 0);
-            }
-            match slot[t] {
-                0 => {
-                    topics.push((r.topic, 0, 1));
-                    slot[t] = u32::try_from(topics.len()).unwrap_or(u32::MAX);
-                }
-                i => topics[i as usize - 1].2 += 1,
-            }
-        }
-        let mut next = 0;
-        for g in topics.iter_mut() {
-            g.1 = next;
-            next += g.2;
-        }
-        grouped.clear();
-        grouped.resize(runs.len(), Logged::default());
-        // Each topic's start serves as its next free place while filling, then goes back.
-        for r in runs.iter() {
-            let g = &mut topics[slot[r.topic as usize] as usize - 1];
-            grouped[g.1] = *r;
-            g.1 += 1;
-        }
-        for g in topics.iter_mut() {
-            g.1 -= g.2;
-            slot[g.0 as usize] = 0;
-        }
-    }
+    groups: TopicGroups,
 }
 
 /// Consecutive messages of one topic with the same tracking key and arrival.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Logged {
     topic: u32,
     count: u32,
@@ -353,7 +305,7 @@ struct Logged {
 
 /// Logged runs past which the logging input applies the log itself: no reader or
 /// resolver has come by (no acknowledgements for a while), and the log stays small.
-pub const PENDING_MAX: usize = 1 << 16;
+const PENDING_MAX: usize = 1 << 16;
 
 impl Tracking {
     pub fn new(enabled: bool) -> Self {
@@ -472,27 +424,20 @@ impl Tracking {
                 .unwrap_or_else(PoisonError::into_inner),
             &mut applying.runs,
         );
-        // Each topic's runs in one visit (late arrivals are judged against the topic's
-        // commit point before the visit).
-        applying.group();
-        for &(topic, start, n) in &applying.topics {
-            cell(topic).track().receive_runs(
-                applying.grouped[start..start + n]
-                    .iter()
-                    .map(|r| (r.key, r.arrival, u64::from(r.count))),
-            );
+        // Each topic's runs in one visit, in log order (late arrivals are judged against
+        // the topic's commit point before the visit).
+        let Applying { runs, groups } = &mut *applying;
+        groups.group_topics(runs.iter().map(|r| r.topic));
+        for (topic, idx) in groups.iter() {
+            cell(topic).track().receive_runs(idx.iter().map(|&i| {
+                let r = &runs[i as usize];
+                (r.key, r.arrival, u64::from(r.count))
+            }));
         }
         self.pending
             .unapplied
             .fetch_sub(applying.runs.len(), Ordering::Release);
         applying.runs.clear();
-    }
-
-    /// Registers messages of one topic as received at once (their `commit_key` set).
-    pub fn receive<'a>(&self, cell: &TopicCell, msgs: impl Iterator<Item = &'a Msg>) {
-        if self.enabled {
-            cell.track().receive(msgs.map(self.pairs()));
-        }
     }
 
     /// Resolves messages of one topic (discarded).
@@ -726,34 +671,6 @@ mod tests {
         assert_eq!(cells[1].track().commit_point(), Some(79));
     }
 
-    proptest! {
-        #[test]
-        fn grouping_keeps_each_topics_runs_in_order(
-            passes in prop::collection::vec(prop::collection::vec(0u32..50, 0..300), 1..4)
-        ) {
-            let mut a = Applying::default();
-            for topics in passes {
-                a.runs = topics
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &topic)| Logged { topic, count: 1, key: i as i64, arrival: 0 })
-                    .collect();
-                a.group();
-                let mut seen = std::collections::HashSet::new();
-                let mut covered = 0;
-                for &(topic, start, n) in &a.topics {
-                    prop_assert!(seen.insert(topic), "topic {} listed twice", topic);
-                    let got: Vec<i64> = a.grouped[start..start + n].iter().map(|r| r.key).collect();
-                    let want: Vec<i64> = a.runs.iter().filter(|r| r.topic == topic).map(|r| r.key).collect();
-                    prop_assert_eq!(got, want);
-                    covered += n;
-                }
-                prop_assert_eq!(covered, a.runs.len());
-                prop_assert!(a.slot.iter().all(|&s| s == 0), "slots cleared for the next pass");
-            }
-        }
-    }
-
     #[test]
     fn a_long_log_asks_to_be_settled() {
         let pool = crate::pool::Pool::new_static(1 << 16).expect("pool");
@@ -793,10 +710,14 @@ mod tests {
         let (cell_a, cell_b) = (TopicCell::default(), TopicCell::default());
         let arrival = base + Duration::from_millis(5);
         let msg = Msg::for_test(pool, 1, 1_000, 1, arrival);
+        let receive = |t: &Tracking, cell: &TopicCell| {
+            t.log_received(std::iter::once(&msg), 0);
+            t.settle(|_| cell);
+        };
         // The same arrival, converted against two anchors one second apart, in turn.
-        a.receive(&cell_a, std::iter::once(&msg));
-        b.receive(&cell_b, std::iter::once(&msg));
-        a.receive(&cell_a, std::iter::once(&msg));
+        receive(&a, &cell_a);
+        receive(&b, &cell_b);
+        receive(&a, &cell_a);
         let now = base + Duration::from_millis(10);
         for (t, cell) in [(&a, &cell_a), (&b, &cell_b)] {
             let (p, _) = t.point(Arc::from(&b"t"[..]), cell, now).expect("tracked");
