@@ -25,4 +25,4 @@ run() {
         --daemon-toml $'[compression]\ndefault = "zstd"'
     run paced --targets sink,rdkafka --topics 1 --runs 3 --rate 100000 --daemon-arg=--batch-time-ms=10
     run topics-10000 --targets ceiling,sink --topics 10000 --runs 1
-} 2>&1 | tee "$log" | grep -E '^(###|target |ceiling|dory|librdkafka|  target|WARNING)'
+} 2>&1 | tee "$log" | grep -E '^(###|target |ceiling|dory|librdkafka|  target|  sustained|WARNING)'
