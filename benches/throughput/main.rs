@@ -278,8 +278,19 @@ fn real_main(o: Opts) -> Result<(), String> {
     } else {
         None
     };
+    // The variant's TOML is appended to the common one (`run_daemon`).
+    let base_toml: Vec<&str> = o.daemon_toml.as_deref().into_iter().collect();
+    let variant_toml: Vec<&str> = base_toml
+        .iter()
+        .copied()
+        .chain(o.variant_toml.as_deref())
+        .collect();
+    let (batch_ms, variant_batch_ms) = (
+        batch_time_ms(&base_toml, &o.daemon_args)?,
+        batch_time_ms(&variant_toml, &o.daemon_args)?,
+    );
     let rdkafka_conf = if targets.contains(&Target::Rdkafka) {
-        rdkafka_conf(&o, pool_bytes)?
+        rdkafka_conf(&o, pool_bytes, batch_ms)?
     } else {
         Vec::new()
     };
@@ -290,6 +301,8 @@ fn real_main(o: Opts) -> Result<(), String> {
         dory,
         tansu_bin,
         rdkafka_conf,
+        batch_time_ms: batch_ms,
+        variant_batch_time_ms: variant_batch_ms,
     };
 
     let env = environment(ctx.dory.as_deref());
@@ -374,6 +387,9 @@ struct Ctx<'a> {
     tansu_bin: Option<PathBuf>,
     /// librdkafka properties for the `rdkafka` target (bootstrap.servers added per run).
     rdkafka_conf: Vec<(String, String)>,
+    /// dory's batch time, for the `sink` and `tansu` targets and for `sink-variant`.
+    batch_time_ms: u64,
+    variant_batch_time_ms: u64,
 }
 
 impl Ctx<'_> {
@@ -421,6 +437,11 @@ impl Ctx<'_> {
                         self.dory.as_deref().expect("dory located"),
                         self.tansu_bin.as_deref(),
                         stall,
+                        if t == Target::SinkVariant {
+                            self.variant_batch_time_ms
+                        } else {
+                            self.batch_time_ms
+                        },
                     ),
                 };
                 let r = r.unwrap_or_else(|e| RunResult {
@@ -659,7 +680,7 @@ impl Ctx<'_> {
                          timed): {} x ceiling; delivery tail {tail:.2} s (batch time {} ms); \
                          kept up in {kept_up}/{} runs\n",
                         sustained_ratio.map_or("-".into(), |r| format!("{r:.3}")),
-                        batch_time_ms(o).unwrap_or(100),
+                        self.batch_time_ms,
                         all.len()
                     ));
                 }
@@ -855,6 +876,7 @@ fn run_daemon(
     dory: &Path,
     tansu_bin: Option<&Path>,
     stall: Duration,
+    batch_time_ms: u64,
 ) -> Result<RunResult, String> {
     let dir = ScratchDir::new(t.key()).map_err(|e| e.to_string())?;
     let n = load.count;
@@ -1201,7 +1223,7 @@ fn run_daemon(
     Ok(RunResult {
         msgs_per_s: n as f64 / secs,
         secs,
-        sustained_msgs_per_s: sustained(n, send_secs, tail_s, batch_time_ms(o)?),
+        sustained_msgs_per_s: sustained(n, send_secs, tail_s, batch_time_ms),
         tail_s: Some(tail_s),
         cpu_s_per_m: (cpu1 - cpu0) / n as f64 * 1e6,
         app_cpu_s_per_m: Some(sent.cpu_s / n as f64 * 1e6),
@@ -1224,20 +1246,20 @@ struct Throughput {
     sustained: Option<f64>,
 }
 
-/// dory's batch time in this configuration: --batch-time-ms among --daemon-arg, else
-/// `batching.time_ms` in --daemon-toml, else dory's default (100 ms).
-fn batch_time_ms(o: &Opts) -> Result<u64, String> {
-    let t: toml::Table = match &o.daemon_toml {
-        Some(s) => s.parse().map_err(|e| format!("--daemon-toml: {e}"))?,
-        None => toml::Table::new(),
-    };
+/// dory's batch time in a configuration: --batch-time-ms among `daemon_args`, else
+/// `batching.time_ms` in the TOML dory is given, else dory's default (100 ms).
+fn batch_time_ms(toml: &[&str], daemon_args: &[String]) -> Result<u64, String> {
+    let t: toml::Table = toml
+        .join("\n")
+        .parse()
+        .map_err(|e| format!("--daemon-toml/--variant-toml: {e}"))?;
     let mut time_ms = t
         .get("batching")
         .and_then(|b| b.get("time_ms"))
         .and_then(|v| v.as_integer())
         .and_then(|i| u64::try_from(i).ok());
     // --batch-time-ms on the command line overrides batching.time_ms, as in dory.
-    let mut args = o.daemon_args.iter();
+    let mut args = daemon_args.iter();
     while let Some(a) = args.next() {
         if let Some(v) = a.strip_prefix("--batch-time-ms=") {
             time_ms = v.parse().ok();
@@ -1272,7 +1294,7 @@ fn sustained(n: u64, send_secs: f64, tail_s: f64, batch_time_ms: u64) -> Option<
 /// batch.size = batching.bytes, batch.num.messages = batching.messages (off: librdkafka's
 /// maximum), compression codec, in-flight requests, and a queue as large as dory's pool.
 /// --rdkafka-conf entries come last and win.
-fn rdkafka_conf(o: &Opts, pool_bytes: u64) -> Result<Vec<(String, String)>, String> {
+fn rdkafka_conf(o: &Opts, pool_bytes: u64, time_ms: u64) -> Result<Vec<(String, String)>, String> {
     let t: toml::Table = match &o.daemon_toml {
         Some(s) => s.parse().map_err(|e| format!("--daemon-toml: {e}"))?,
         None => toml::Table::new(),
@@ -1296,7 +1318,6 @@ fn rdkafka_conf(o: &Opts, pool_bytes: u64) -> Result<Vec<(String, String)>, Stri
     let in_flight = get("kafka", "max_in_flight_requests")
         .and_then(|v| v.as_integer())
         .unwrap_or(5);
-    let time_ms = batch_time_ms(o)?;
     let bytes = get("batching", "bytes").and_then(size).unwrap_or(256 << 10);
     let messages = get("batching", "messages")
         .and_then(|v| v.as_integer())
