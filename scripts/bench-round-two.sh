@@ -17,12 +17,12 @@ run() {
         grep -v '^\s*\(Compiling\|Finished\|Running\)'
 }
 {
-    run main --targets ceiling,sink,rdkafka --topics 1,10 --runs 3
+    run main --targets ceiling,blocking,sink,rdkafka --topics 1,10 --runs 3
     run topics-1000 --targets ceiling,sink --topics 1000 --runs 3
     run lz4 --targets ceiling,sink,rdkafka --topics 10 --runs 3 --text-values --label lz4 \
         --daemon-toml $'[compression]\ndefault = "lz4"'
     run zstd --targets ceiling,sink,rdkafka --topics 10 --runs 3 --text-values --label zstd \
         --daemon-toml $'[compression]\ndefault = "zstd"'
-    run paced --targets sink,rdkafka --topics 1 --runs 3 --rate 100000 --daemon-arg=--batch-time-ms=10
+    run paced --targets blocking,sink,rdkafka --topics 1 --runs 3 --rate 100000 --daemon-arg=--batch-time-ms=10
     run topics-10000 --targets ceiling,sink --topics 10000 --runs 1
-} 2>&1 | tee "$log" | grep -E '^(###|target |ceiling|dory|librdkafka|  target|  sustained|WARNING)'
+} 2>&1 | tee "$log" | grep -E '^(###|target |ceiling|recvmmsg|dory|librdkafka|  target|  sustained|WARNING)'
