@@ -217,7 +217,6 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         spare_batches,
         stop: stop.clone(),
         topic_cache: Default::default(),
-        last_topic: Default::default(),
         groups: Default::default(),
         batch_clock: Default::default(),
         counts: Default::default(),

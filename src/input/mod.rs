@@ -12,6 +12,7 @@
 
 pub mod datagram;
 pub mod stream;
+pub mod topic_cache;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -92,11 +93,10 @@ pub struct InputCtx {
     /// shared topic table's lock. Only names the table gave an id are kept, so it holds at
     /// most `input.max_topics` + 1 names: a client inventing names fills the table, not
     /// this. It must hold them all: with more topics in use than it holds, clients sending
-    /// to each in turn would miss it every time.
-    pub topic_cache: std::cell::RefCell<crate::fasthash::FastMap<Vec<u8>, (TopicId, bool)>>,
-    /// The last topic looked up: clients mostly send runs of one topic, and comparing a
-    /// name costs less than hashing it.
-    pub last_topic: std::cell::RefCell<Option<(Vec<u8>, TopicId, bool)>>,
+    /// to each in turn would miss it every time. It checks the last topic found first:
+    /// clients mostly send runs of one topic, and comparing a name costs less than hashing
+    /// it.
+    pub topic_cache: std::cell::RefCell<topic_cache::TopicCache>,
     /// Reused for grouping each batch by topic in `flush`.
     pub groups: std::cell::RefCell<crate::pipeline::TopicGroups>,
     /// Arrival time for the messages being accepted, when the input read them together
@@ -380,29 +380,16 @@ impl InputCtx {
     }
 
     /// The topic's id and whether it is spooled; `None` when the topic table is full.
+    #[inline]
     fn topic(&self, name: &[u8]) -> Option<(TopicId, bool)> {
-        if let Some((last, id, spooled)) = &*self.last_topic.borrow() {
-            if last.as_slice() == name {
-                return Some((*id, *spooled));
-            }
-        }
-        let hit = self.topic_uncached(name)?;
-        let mut last = self.last_topic.borrow_mut();
-        match last.as_mut() {
-            Some((n, id, spooled)) => {
-                n.clear();
-                n.extend_from_slice(name);
-                (*id, *spooled) = hit;
-            }
-            None => *last = Some((name.to_vec(), hit.0, hit.1)),
-        }
-        Some(hit)
-    }
-
-    fn topic_uncached(&self, name: &[u8]) -> Option<(TopicId, bool)> {
-        if let Some(&hit) = self.topic_cache.borrow().get(name) {
+        if let Some(hit) = self.topic_cache.borrow_mut().get(name) {
             return Some(hit);
         }
+        self.topic_uncached(name)
+    }
+
+    #[cold]
+    fn topic_uncached(&self, name: &[u8]) -> Option<(TopicId, bool)> {
         let id = self.metrics.topic_id(name)?;
         let spooled = id != NO_TOPIC && self.spool.is_some_and(|s| s.spooled(name));
         if spooled {
@@ -413,7 +400,7 @@ impl InputCtx {
             // Cannot happen (every cached name has its own id); bounded all the same.
             cache.clear();
         }
-        cache.insert(name.to_vec(), (id, spooled));
+        cache.insert(name, id, spooled);
         Some((id, spooled))
     }
 
@@ -677,7 +664,6 @@ mod tests {
             spare_batches,
             stop: Arc::new(AtomicBool::new(false)),
             topic_cache: Default::default(),
-            last_topic: Default::default(),
             groups: Default::default(),
             batch_clock: Default::default(),
             counts: Default::default(),

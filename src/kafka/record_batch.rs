@@ -208,6 +208,10 @@ impl RecordBatchWriter {
     /// If a callback appends a different number of bytes than declared (the batch would be
     /// corrupt), or if the record is larger than `i32::MAX` bytes (callers cap messages far
     /// below that).
+    // Always inlined: it is the dispatcher's per-record work, and left to the compiler it
+    // was inlined or not depending on unrelated changes elsewhere in the crate (callgrind:
+    // 423 against 485 instructions per message in the dispatcher).
+    #[inline(always)]
     pub fn append_parts(
         &mut self,
         buf: &mut Vec<u8>,
