@@ -137,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_hit_is_a_position_not_a_copy() {
+    fn finds_the_last_name_and_any_other_alike() {
         let mut c = TopicCache::default();
         c.insert(b"topic-alpha", 1, false);
         c.insert(b"topic-beta", 2, true);
