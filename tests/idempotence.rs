@@ -16,14 +16,11 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashSet};
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::collections::BTreeMap;
+use std::net::TcpListener;
 use std::time::Duration;
 
+use common::proxy::FaultProxy;
 use common::*;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
@@ -317,97 +314,8 @@ fn idempotence_off_in_the_config_sends_no_producer_id() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tansu behind a proxy that loses answers
+// Tansu behind a proxy that loses answers (tests/common/proxy.rs)
 // ---------------------------------------------------------------------------------------------
-
-/// A TCP proxy in front of one broker. It forwards whole frames both ways; for every
-/// `every`-th Produce request (up to `cuts` times) it lets the request reach the broker,
-/// then, when the broker's answer comes, drops it and closes both connections: the broker
-/// wrote the batch, the client never hears so.
-struct LossyProxy {
-    cuts_done: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-}
-
-fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).ok()?;
-    let n = usize::try_from(i32::from_be_bytes(len)).ok()?;
-    if n > 64 << 20 {
-        return None;
-    }
-    let mut frame = len.to_vec();
-    frame.resize(4 + n, 0);
-    s.read_exact(&mut frame[4..]).ok()?;
-    Some(frame)
-}
-
-impl LossyProxy {
-    /// Serves on `listener` (bound before the broker started, so the broker can advertise
-    /// it), forwarding to `127.0.0.1:upstream`.
-    fn start(listener: TcpListener, upstream: u16, every: usize, cuts: usize) -> LossyProxy {
-        listener.set_nonblocking(true).expect("nonblocking");
-        let cuts_done = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let produces = Arc::new(AtomicUsize::new(0));
-        let (done, stopping) = (cuts_done.clone(), stop.clone());
-        thread::spawn(move || {
-            while !stopping.load(Ordering::Relaxed) {
-                let Ok((client, _)) = listener.accept() else {
-                    thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let doomed: Arc<Mutex<HashSet<i32>>> = Arc::default();
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (d, n, done2) = (doomed.clone(), produces.clone(), done.clone());
-                thread::spawn(move || {
-                    while let Some(f) = read_frame(&mut c_in) {
-                        let api_key = i16::from_be_bytes([f[4], f[5]]);
-                        let correlation = i32::from_be_bytes([f[8], f[9], f[10], f[11]]);
-                        if api_key == 0 {
-                            let k = n.fetch_add(1, Ordering::Relaxed) + 1;
-                            if k % every == 0 && done2.load(Ordering::Relaxed) < cuts {
-                                d.lock().unwrap().insert(correlation);
-                            }
-                        }
-                        if s_out.write_all(&f).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(Shutdown::Both);
-                });
-                let (mut s_in, mut c_out) = (server, client);
-                let done3 = done.clone();
-                thread::spawn(move || {
-                    while let Some(f) = read_frame(&mut s_in) {
-                        let correlation = i32::from_be_bytes([f[4], f[5], f[6], f[7]]);
-                        if doomed.lock().unwrap().remove(&correlation) {
-                            done3.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        if c_out.write_all(&f).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = c_out.shutdown(Shutdown::Both);
-                    let _ = s_in.shutdown(Shutdown::Both);
-                });
-            }
-        });
-        LossyProxy { cuts_done, stop }
-    }
-}
-
-impl Drop for LossyProxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
 
 /// dory → proxy → Tansu; Tansu advertises the proxy, so all of dory's traffic passes it.
 /// Returns (consumed duplicates, possible duplicates counted, answers lost, resends the
@@ -423,7 +331,8 @@ fn tansu_lossy_scenario(idempotence: bool) -> (u64, u64, usize, u64) {
     tansu.create_topic(topic, 3);
     let listener = TcpListener::bind(("127.0.0.1", proxy_port))
         .unwrap_or_else(|e| panic!("bind the proxy on free port {proxy_port}: {e}"));
-    let proxy = LossyProxy::start(listener, tansu.port(), 3, 4);
+    let proxy = FaultProxy::start(listener, tansu.port());
+    proxy.lose_answers(3, 4);
     let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
     args.config_toml = Some(format!(
         "[kafka]\nidempotence = {idempotence}\n[delivery]\nretry_backoff_ms = 20\nretry_backoff_max_ms = 200\n"
@@ -448,7 +357,7 @@ fn tansu_lossy_scenario(idempotence: bool) -> (u64, u64, usize, u64) {
         "{}",
         m.text
     );
-    let cuts = proxy.cuts_done.load(Ordering::Relaxed);
+    let cuts = proxy.cut_answers();
     let dups = consumed_duplicates(&tansu.bootstrap(), topic, &msgs);
     let recognised = counter(&dory, "AckDuplicateSequence");
     assert_eq!(dory.terminate(Duration::from_secs(10)).code(), Some(0));

@@ -31,6 +31,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tempfile::TempDir;
 
+pub mod proxy;
 pub mod raw_fetch;
 #[allow(unused_imports)]
 pub use raw_fetch::*;

@@ -259,3 +259,129 @@ pub fn fetch_topic(bootstrap: &str, topic: &str) -> Vec<StoredBatch> {
 pub fn stored_records(batches: &[StoredBatch]) -> Vec<Consumed> {
     batches.iter().flat_map(|b| b.records.clone()).collect()
 }
+
+/// What a topic's stored batches show about resends, judged by the rules a Kafka broker
+/// applies to an idempotent producer (KIP-98): a batch stored again under the same producer
+/// id, epoch, base sequence and record count as an earlier one of its partition is a
+/// *resend*, which Kafka recognises as long as the original is among the last five batches
+/// of that producer it stored; any other second copy of a record is a *real* duplicate.
+#[derive(Debug, Default)]
+pub struct ResendReport {
+    /// Records stored, and how many of them are copies of an id stored before.
+    pub records: u64,
+    pub duplicates: u64,
+    /// Of `duplicates`: records in resend batches (a Kafka broker drops these).
+    pub resend_copies: u64,
+    /// Resend batches, and the most distinct batches of the same producer stored between a
+    /// resend's original and the resend (Kafka recognises a resend only below 5).
+    pub resend_batches: u64,
+    pub max_resend_distance: usize,
+    /// Copies beyond the first under another identity: duplicates a Kafka broker keeps.
+    pub real_duplicates: u64,
+    /// Up to 10 real duplicates, each with both copies' (partition, offset, producer id,
+    /// epoch, sequence).
+    pub real_examples: Vec<String>,
+    /// Sequence numbering broken: two distinct batches of one producer identity and
+    /// partition overlap, a resend holds other records than its original, or the
+    /// sequences of an identity are not gapless from 0.
+    pub problems: Vec<String>,
+}
+
+/// Analyses `batches` (as [`fetch_topic`] returns them: per partition, in offset order).
+pub fn resend_report(topic: &str, batches: &[StoredBatch]) -> ResendReport {
+    type Identity = (i64, i16, i32, usize);
+    /// A distinct batch's (base sequence, records, base offset).
+    type Range = (i64, i64, i64);
+    let mut r = ResendReport::default();
+    // Per partition: distinct batches by identity, with their position among the distinct
+    // batches of their producer id, and their ids.
+    let mut originals: HashMap<(i32, Identity), (usize, Vec<u32>)> = HashMap::new();
+    let mut distinct_per_producer: HashMap<(i32, i64), usize> = HashMap::new();
+    // Per (partition, producer id, epoch): the distinct batches' (base, count, offset).
+    let mut ranges: HashMap<(i32, i64, i16), Vec<Range>> = HashMap::new();
+    // Every record's first copy: (partition, offset, producer id, epoch, sequence).
+    let mut first: HashMap<u32, (i32, i64, i64, i16, i64)> = HashMap::new();
+    for b in batches {
+        let ids = b.ids();
+        let key = (
+            b.partition,
+            (
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+                b.records.len(),
+            ),
+        );
+        let resend = b.producer_id >= 0 && originals.contains_key(&key);
+        if resend {
+            let (pos, original_ids) = &originals[&key];
+            let now = distinct_per_producer[&(b.partition, b.producer_id)];
+            r.resend_batches += 1;
+            r.max_resend_distance = r.max_resend_distance.max(now - pos - 1);
+            if *original_ids != ids {
+                r.problems.push(format!(
+                    "{topic}/p{}@{}: stored under the identity (producer {}, epoch {}, sequence \
+                     {}) of an earlier batch with other records",
+                    b.partition, b.base_offset, b.producer_id, b.producer_epoch, b.base_sequence
+                ));
+            }
+        } else if b.producer_id >= 0 {
+            let n = distinct_per_producer
+                .entry((b.partition, b.producer_id))
+                .or_default();
+            originals.insert(key, (*n, ids.clone()));
+            *n += 1;
+            ranges
+                .entry((b.partition, b.producer_id, b.producer_epoch))
+                .or_default()
+                .push((
+                    i64::from(b.base_sequence),
+                    b.records.len() as i64,
+                    b.base_offset,
+                ));
+        }
+        for (rec, id) in b.records.iter().zip(&ids) {
+            r.records += 1;
+            let seq = i64::from(b.base_sequence) + (rec.offset - b.base_offset);
+            let here = (
+                rec.partition,
+                rec.offset,
+                b.producer_id,
+                b.producer_epoch,
+                seq,
+            );
+            let Some(f) = first.get(id) else {
+                first.insert(*id, here);
+                continue;
+            };
+            r.duplicates += 1;
+            if resend {
+                r.resend_copies += 1;
+            } else {
+                r.real_duplicates += 1;
+                if r.real_examples.len() < 10 {
+                    r.real_examples.push(format!(
+                        "id {id}: first p{}@{} (producer {}, epoch {}, sequence {}), again \
+                         p{}@{} (producer {}, epoch {}, sequence {})",
+                        f.0, f.1, f.2, f.3, f.4, here.0, here.1, here.2, here.3, here.4
+                    ));
+                }
+            }
+        }
+    }
+    for ((p, pid, epoch), mut list) in ranges {
+        list.sort_unstable();
+        let mut next = 0i64;
+        for (base, n, offset) in list {
+            if base != next {
+                r.problems.push(format!(
+                    "{topic}/p{p}@{offset}: producer {pid} epoch {epoch}: batch at sequence \
+                     {base}, expected {next} ({})",
+                    if base < next { "overlap" } else { "gap" }
+                ));
+            }
+            next = next.max(base + n);
+        }
+    }
+    r
+}

@@ -133,6 +133,9 @@ pub struct TopicSnapshot {
     /// Indexed by `DiscardReason::index`.
     pub discarded: [u64; DiscardReason::COUNT],
     pub possible_duplicates: u64,
+    /// Messages of idempotent batches whose answer was lost and that are sent again under
+    /// the same sequence (see [`Metrics::resent_in_doubt`]).
+    pub resent_in_doubt: u64,
     /// `received - delivered - sum(discarded)`; never negative when callers count
     /// `received` before the outcome (see `snapshot_topics`).
     pub in_flight: i64,
@@ -459,6 +462,19 @@ impl Metrics {
         add_range(&mut self.periods().current.duplicates, t, n, min_ts, max_ts);
     }
 
+    /// `n` messages of topic `t`, in an idempotent batch whose answer was lost (its
+    /// connection failed with the request out), are kept under their producer id, epoch
+    /// and sequence to be sent again. A broker that implements KIP-98 stores them once;
+    /// one that does not deduplicate stores each resend again. Not possible duplicates:
+    /// those are counted by [`Metrics::possible_duplicates`] when a resend goes under a
+    /// new identity.
+    pub fn resent_in_doubt(&self, t: TopicId, n: u64) {
+        self.topics
+            .stats(t)
+            .resent_in_doubt
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Moves `delta` messages of topic `t` into (positive) or out of (negative) a state.
     pub fn queue_add(&self, t: TopicId, state: QueueState, delta: i64) {
         self.topics.stats(t).queued[state as usize].fetch_add(delta, Ordering::Relaxed);
@@ -593,6 +609,7 @@ impl Metrics {
                 delivered,
                 discarded,
                 possible_duplicates: s.possible_duplicates.load(Ordering::Relaxed),
+                resent_in_doubt: s.resent_in_doubt.load(Ordering::Relaxed),
                 in_flight,
                 queued: QueueCounts {
                     new: q(QueueState::New),

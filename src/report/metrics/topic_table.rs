@@ -19,6 +19,8 @@ pub(super) struct TopicStats {
     pub(super) delivered: AtomicU64,
     pub(super) discarded: [AtomicU64; super::DiscardReason::COUNT],
     pub(super) possible_duplicates: AtomicU64,
+    /// Messages whose answer was lost, kept under their sequence to be sent again.
+    pub(super) resent_in_doubt: AtomicU64,
     pub(super) queued: [AtomicI64; 4],
     /// Commit point tracker and delivery latency.
     pub(super) delivery: crate::report::commit_points::TopicCell,
@@ -38,6 +40,7 @@ impl Default for TopicStats {
             delivered: AtomicU64::new(0),
             discarded: Default::default(),
             possible_duplicates: AtomicU64::new(0),
+            resent_in_doubt: AtomicU64::new(0),
             queued: Default::default(),
             delivery: Default::default(),
             recovered: AtomicU64::new(0),

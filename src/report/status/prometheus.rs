@@ -108,6 +108,17 @@ pub(super) fn prometheus(m: &Metrics) -> String {
         let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", t.possible_duplicates);
     }
 
+    let name = "dory_resent_in_doubt_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Messages of idempotent batches whose answer was lost, sent again under the same sequence (a KIP-98 broker stores them once), per topic.",
+    );
+    for (t, l) in topics.iter().zip(&labels) {
+        let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", t.resent_in_doubt);
+    }
+
     let (state, producer_id, epoch) = m.idempotence();
     family(
         &mut out,

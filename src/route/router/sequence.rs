@@ -210,10 +210,12 @@ impl Router {
             return self.on_returned(reason, batch);
         }
         // Out on a connection lost before the answer: the broker may have it, and will
-        // recognise the resend under the same sequence, so it is no possible duplicate.
+        // recognise the resend under the same sequence, so it is no possible duplicate
+        // (counted apart, for brokers that do not deduplicate).
         if batch.msgs.iter().any(|m| m.maybe_sent) {
             seq.uncertain = true;
             batch.seq = Some(seq);
+            self.metrics.resent_in_doubt(k.0, batch.msgs.len() as u64);
         }
         for m in &mut batch.msgs {
             m.maybe_sent = false;
