@@ -729,6 +729,10 @@ mod tests {
         /// The broker dies with answers outstanding: it wrote every request on the
         /// connection (as its rules allow), no answer arrives, all come back in doubt.
         DiesWithAnswersOutstanding,
+        /// The leader appends, then its replicas do not confirm in time: REQUEST_TIMED_OUT
+        /// or NOT_ENOUGH_REPLICAS_AFTER_APPEND, which leave the batch in doubt
+        /// (`kafka::errors::may_be_written`).
+        AppendedThenTimedOut,
         /// The broker forgot the producer (retention removed its batches, KIP-360), then
         /// answers.
         ForgetsProducer,
@@ -752,6 +756,7 @@ mod tests {
             1 => Just(Fault::LostAfterFirst),
             1 => Just(Fault::Timeout),
             1 => Just(Fault::DiesWithAnswersOutstanding),
+            1 => Just(Fault::AppendedThenTimedOut),
             1 => Just(Fault::ForgetsProducer),
             1 => Just(Fault::Reject),
         ]
@@ -914,6 +919,11 @@ mod tests {
                 Fault::Timeout => {
                     self.wire[i][w].push_front(b);
                     self.lose_connection(i, w);
+                }
+                Fault::AppendedThenTimedOut => {
+                    self.write(i, &b, false);
+                    self.seq.on_back(k);
+                    self.seq.hold(b, None, true);
                 }
                 Fault::DiesWithAnswersOutstanding => {
                     self.write(i, &b, false);

@@ -216,6 +216,15 @@ pub fn classify(code: i16) -> ErrorAction {
     }
 }
 
+/// Whether a Produce answer with `code` leaves the batch possibly written. With `acks = all`
+/// the leader appends first and then waits for its in-sync replicas: REQUEST_TIMED_OUT means
+/// they did not confirm in time, NOT_ENOUGH_REPLICAS_AFTER_APPEND that too few were left.
+/// Either way the records are in the leader's log and may survive, so a resend is in doubt
+/// just as after a lost connection. Every other error is decided before the append.
+pub fn may_be_written(code: i16) -> bool {
+    matches!(code, 7 | 20)
+}
+
 /// How an idempotent producer treats the codes that concern its sequence numbers (KIP-98,
 /// KIP-360), before [`classify`] is asked. These apply only to batches sent with a producer
 /// id; any other code is handled as for every batch.
@@ -279,6 +288,18 @@ pub fn sequence_table_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_answers_after_the_append_leave_a_batch_in_doubt() {
+        let doubt: Vec<i16> = TABLE
+            .iter()
+            .map(|e| e.0)
+            .filter(|&c| may_be_written(c))
+            .collect();
+        assert_eq!(doubt, [7, 20]);
+        // Both are retried (after a backoff), never discarded outright.
+        assert!(doubt.iter().all(|&c| classify(c) == ErrorAction::Backoff));
+    }
 
     #[test]
     fn table_is_dense_and_ordered() {
@@ -384,8 +405,13 @@ pub fn table_markdown() -> String {
             ErrorAction::Backoff => "retry after backoff",
             ErrorAction::Discard => "discard (`kafka_error`)",
         };
+        let doubt = if may_be_written(code) {
+            " (may be written: in doubt, as after a lost connection)"
+        } else {
+            ""
+        };
         let r = if retriable { "yes" } else { "no" };
-        out.push_str(&format!("| {code} | {name} | {r} | {action} |\n"));
+        out.push_str(&format!("| {code} | {name} | {r} | {action}{doubt} |\n"));
     }
     out.push_str("| any other | (unknown) | no | discard (`kafka_error`) |\n");
     out

@@ -470,6 +470,18 @@ impl Router {
 
     /// Discards a batch that is in the SendWait state.
     fn discard_batch(&mut self, b: Batch, reason: DiscardReason) {
+        // In doubt (out on a lost connection, or answered after the append): discarded,
+        // yet perhaps stored, so counted as possibly delivered too.
+        if b.seq.is_some_and(|s| s.uncertain) {
+            crate::report::discards::possible_duplicates(self.metrics, &b.msgs);
+        } else if b.msgs.iter().any(|m| m.maybe_sent) {
+            let (doubt, rest): (Vec<Msg>, Vec<Msg>) =
+                b.msgs.into_iter().partition(|m| m.maybe_sent);
+            crate::report::discards::possible_duplicates(self.metrics, &doubt);
+            self.discard_staged(doubt, reason, QueueState::SendWait);
+            self.discard_staged(rest, reason, QueueState::SendWait);
+            return;
+        }
         self.discard_staged(b.msgs, reason, QueueState::SendWait);
     }
 

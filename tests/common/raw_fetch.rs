@@ -278,9 +278,10 @@ pub struct ResendReport {
     pub max_resend_distance: usize,
     /// Copies beyond the first under another identity: duplicates a Kafka broker keeps.
     pub real_duplicates: u64,
-    /// Up to 10 real duplicates, each with both copies' (partition, offset, producer id,
-    /// epoch, sequence).
+    /// Up to 10 real duplicates and up to 3 resend copies, each with both copies'
+    /// partition, offset, producer id, epoch and sequence.
     pub real_examples: Vec<String>,
+    pub resend_examples: Vec<String>,
     /// Sequence numbering broken: two distinct batches of one producer identity and
     /// partition overlap, a resend holds other records than its original, or the
     /// sequences of an identity are not gapless from 0.
@@ -355,17 +356,18 @@ pub fn resend_report(topic: &str, batches: &[StoredBatch]) -> ResendReport {
                 continue;
             };
             r.duplicates += 1;
-            if resend {
-                r.resend_copies += 1;
+            let (count, examples, max) = if resend {
+                (&mut r.resend_copies, &mut r.resend_examples, 3)
             } else {
-                r.real_duplicates += 1;
-                if r.real_examples.len() < 10 {
-                    r.real_examples.push(format!(
-                        "id {id}: first p{}@{} (producer {}, epoch {}, sequence {}), again \
-                         p{}@{} (producer {}, epoch {}, sequence {})",
-                        f.0, f.1, f.2, f.3, f.4, here.0, here.1, here.2, here.3, here.4
-                    ));
-                }
+                (&mut r.real_duplicates, &mut r.real_examples, 10)
+            };
+            *count += 1;
+            if examples.len() < max {
+                examples.push(format!(
+                    "id {id}: first p{}@{} (producer {}, epoch {}, sequence {}), again \
+                     p{}@{} (producer {}, epoch {}, sequence {})",
+                    f.0, f.1, f.2, f.3, f.4, here.0, here.1, here.2, here.3, here.4
+                ));
             }
         }
     }

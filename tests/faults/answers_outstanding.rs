@@ -131,6 +131,9 @@ fn mock_schedule(name: &'static str, idempotence: bool) {
                 r.real_duplicates
             );
             if idempotence {
+                for e in &r.resend_examples {
+                    println!("RESENDS {name} {topic}: resend {e}");
+                }
                 for e in &r.real_examples {
                     println!("RESENDS {name} {topic}: real duplicate {e}");
                 }

@@ -9,7 +9,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::{debug_log, fail_in_flight, give_back, DispatcherConfig, InFlight};
 use crate::kafka::connection::{ConnError, Connection};
-use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, SequenceAction};
+use crate::kafka::errors::{
+    classify, error_name, may_be_written, sequence_action, ErrorAction, SequenceAction,
+};
 use crate::kafka::produce;
 use crate::pipeline::{count_failed_attempt, Batch, Outcome, ReturnReason};
 use crate::report::discards;
@@ -126,7 +128,7 @@ impl Receiver_ {
         let mut backoff = Vec::new();
         let mut reroute = Vec::new();
         let mut acks = Vec::new();
-        for p in entry.parts {
+        for mut p in entry.parts {
             let code = codes
                 .get(&(&p.name[..], p.partition))
                 .copied()
@@ -152,6 +154,12 @@ impl Receiver_ {
                 self.metrics.add(Counter::MsgDestroy, n);
                 crate::pipeline::free_msgs(p.msgs);
                 continue;
+            }
+            if may_be_written(code) {
+                // Appended before the error: a resend is in doubt (see may_be_written).
+                for m in &mut p.msgs {
+                    m.maybe_sent = true;
+                }
             }
             if p.seq.is_some() {
                 // The partition's sequence decides what happens next: the router's call.
@@ -188,6 +196,10 @@ impl Receiver_ {
             // A failed attempt: count it; past the limit the message is discarded.
             let (keep, over) = count_failed_attempt(p.msgs, self.cfg.max_failed_attempts);
             if !over.is_empty() {
+                if may_be_written(code) {
+                    // Discarded, yet perhaps stored: counted as possibly delivered too.
+                    discards::possible_duplicates(self.metrics, &over);
+                }
                 log::error!(
                     "broker {}: discarding {} message(s) of topic [{}] after {} failed attempts (last error {})",
                     self.id,

@@ -294,6 +294,10 @@ impl Router {
                 max + 1,
                 error_name(code)
             );
+            if seq.uncertain {
+                // Discarded, yet perhaps stored: counted as possibly delivered too.
+                discards::possible_duplicates(self.metrics, &over);
+            }
             self.discard_staged(over, DiscardReason::AttemptLimit, QueueState::SendWait);
             // A gap in the sequence: what follows is numbered again from it.
             self.metrics.inc(Counter::SequenceRewind);
