@@ -313,6 +313,18 @@ fn tansu_schedule(idempotence: bool) -> TansuTally {
         t.consumed_unique += counts.len() as u64;
         t.duplicates += got.len() as u64 - counts.len() as u64;
         t.possible_duplicates += fin.possible_duplicates(topic);
+        if idempotence {
+            // What Tansu stored, batch by batch: one producer identity, each record once,
+            // sequences gapless in the order stored.
+            let batches = fetch_topic(&tansu.bootstrap(), topic);
+            if let Some(b) = batches.iter().find(|b| b.producer_id < 0) {
+                problems.push(format!("{topic}: a batch without a producer id: {b:?}"));
+            }
+            let r = resend_report(topic, &batches);
+            if r.duplicates != 0 || !r.problems.is_empty() {
+                problems.push(format!("{topic}: stored batches: {r:?}"));
+            }
+        }
     }
     let status = dory.terminate(EXIT_TIMEOUT);
     println!(
