@@ -276,6 +276,66 @@ fn compress_lz4(input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
     enc.finish().1.map_err(fail)
 }
 
+/// An LZ4 frame for MessageSet v0/v1 (Kafka 0.8–0.10): 64 KiB independent blocks, no
+/// checksums and, unlike [`compress`]'s, no content size, which Kafka's LZ4 stream of
+/// those versions does not accept. `kafka_0_8_checksum`: the header checksum is computed
+/// the way Kafka 0.8–0.9 did (over the magic number too, KAFKA-3160), as brokers of those
+/// versions require for magic-0 messages.
+pub fn compress_lz4_legacy(
+    input: &[u8],
+    out: &mut Vec<u8>,
+    kafka_0_8_checksum: bool,
+) -> Result<(), CompressError> {
+    let start = out.len();
+    let fail = |e| CompressError::compress(Codec::Lz4, e);
+    let result = (|| {
+        let mut enc = lz4::EncoderBuilder::new()
+            .block_size(lz4::BlockSize::Max64KB)
+            .block_mode(lz4::BlockMode::Independent)
+            .block_checksum(lz4::liblz4::BlockChecksum::NoBlockChecksum)
+            .checksum(lz4::ContentChecksum::NoChecksum)
+            .content_size(0)
+            .build(&mut *out)
+            .map_err(fail)?;
+        enc.write_all(input).map_err(fail)?;
+        enc.finish().1.map_err(fail)
+    })();
+    if let Err(e) = result {
+        out.truncate(start);
+        return Err(e);
+    }
+    if kafka_0_8_checksum && !set_lz4_header_checksum(&mut out[start..], true) {
+        out.truncate(start);
+        return Err(CompressError::compress(
+            Codec::Lz4,
+            "no frame header written",
+        ));
+    }
+    Ok(())
+}
+
+/// Rewrites the header checksum of the LZ4 frame `frame` begins with: the standard one, or
+/// with `kafka_0_8` the one Kafka 0.8–0.9 computed (over the magic number and the
+/// descriptor instead of the descriptor alone). Reading a magic-0 message set, the
+/// standard checksum is set first so either framing decodes. False if `frame` does not
+/// start with a whole LZ4 frame header.
+pub fn set_lz4_header_checksum(frame: &mut [u8], kafka_0_8: bool) -> bool {
+    const MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+    if frame.len() < 7 || frame[..4] != MAGIC {
+        return false;
+    }
+    let flg = frame[4];
+    // FLG, BD, then the content size (8 bytes) and dictionary id (4) when flagged.
+    let hc_at = 6 + if flg & 0x08 != 0 { 8 } else { 0 } + if flg & 0x01 != 0 { 4 } else { 0 };
+    if frame.len() <= hc_at {
+        return false;
+    }
+    let from = if kafka_0_8 { 0 } else { 4 };
+    let hash = twox_hash::XxHash32::oneshot(0, &frame[from..hc_at]);
+    frame[hc_at] = (hash >> 8) as u8;
+    true
+}
+
 fn compress_zstd(level: Option<i32>, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
     let level = level.unwrap_or(zstd::DEFAULT_COMPRESSION_LEVEL);
     let start = out.len();

@@ -18,6 +18,7 @@ pub mod connection;
 pub mod control;
 pub mod errors;
 pub mod frame;
+pub mod message_set;
 pub mod metadata;
 pub mod primitives;
 pub mod produce;
