@@ -391,7 +391,7 @@ fn decode_into(
             3 => Codec::Lz4,
             _ => return Err(DecodeError::UnsupportedCompression(i16::from(codec_id))),
         };
-        if let Some((wrapper_magic, wrapper_codec)) = inner {
+        if let Some((wrapper_magic, _)) = inner {
             if codec != Codec::None {
                 return Err(DecodeError::InvalidRecord("a wrapper inside a wrapper"));
             }
@@ -400,18 +400,8 @@ fn decode_into(
                     "inner magic differs from its wrapper's",
                 ));
             }
-            out.push(DecodedMessage {
-                offset,
-                magic,
-                attributes,
-                timestamp,
-                key: key.map(<[u8]>::to_vec),
-                value: value.map(<[u8]>::to_vec),
-                wrapper: Some(wrapper_codec),
-            });
-            continue;
         }
-        if codec == Codec::None {
+        if inner.is_some() || codec == Codec::None {
             out.push(DecodedMessage {
                 offset,
                 magic,
@@ -419,7 +409,7 @@ fn decode_into(
                 timestamp,
                 key: key.map(<[u8]>::to_vec),
                 value: value.map(<[u8]>::to_vec),
-                wrapper: None,
+                wrapper: inner.map(|(_, c)| c),
             });
             continue;
         }
