@@ -3,7 +3,8 @@
 //! answers (a round-trip time), drops every n-th Produce answer and cuts the connection
 //! (the broker wrote the batch, the client never hears so), or goes *down*: every open
 //! connection is cut with the answers it holds or the broker has yet to send lost, and new
-//! connections are closed at once until it is *up* again.
+//! connections are closed at once until it is *up* again. It can also close a connection
+//! on ApiVersions, as Kafka 0.8–0.9 brokers do, and keep a copy of every Produce request.
 //!
 //! Used against Tansu, which deduplicates an idempotent producer's resends: the tests check
 //! that what the proxy makes dory resend is stored once.
@@ -36,6 +37,12 @@ struct Shared {
     /// delay when the proxy went down).
     cut_answers: AtomicUsize,
     down_answers: AtomicUsize,
+    /// Close a connection when its client asks for ApiVersions (a Kafka 0.8–0.9 broker).
+    refuse_api_versions: AtomicBool,
+    /// The highest Produce version the broker's ApiVersions answers offer, if capped.
+    produce_max: Mutex<Option<i16>>,
+    /// Every Produce request frame (size prefix included), in arrival order.
+    produce_requests: Mutex<Vec<Vec<u8>>>,
     /// Both ends of every open connection, to cut them when going down.
     conns: Mutex<Vec<(TcpStream, TcpStream)>>,
 }
@@ -116,6 +123,29 @@ impl FaultProxy {
         self.shared.down.store(false, Ordering::Relaxed);
     }
 
+    /// Closes each connection whose client asks for ApiVersions, as brokers before Kafka
+    /// 0.10 do.
+    pub fn refuse_api_versions(&self) {
+        self.shared
+            .refuse_api_versions
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// Lowers the highest Produce version in the broker's ApiVersions answers to `max` (a
+    /// Kafka 0.10 broker offers Produce v2 at most).
+    pub fn cap_produce_version(&self, max: i16) {
+        *self.shared.produce_max.lock().expect("produce_max lock") = Some(max);
+    }
+
+    /// The Produce requests forwarded so far (whole frames).
+    pub fn produce_requests(&self) -> Vec<Vec<u8>> {
+        self.shared
+            .produce_requests
+            .lock()
+            .expect("produce_requests lock")
+            .clone()
+    }
+
     /// Produce answers dropped by [`FaultProxy::lose_answers`].
     pub fn cut_answers(&self) -> usize {
         self.shared.cut_answers.load(Ordering::Relaxed)
@@ -141,13 +171,34 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     };
     sh.conns.lock().expect("conns lock").push((c2, s2));
     let doomed: Arc<Mutex<HashSet<i32>>> = Arc::default();
+    // Correlation ids of ApiVersions requests, with each one's version.
+    let asked: Arc<Mutex<Vec<(i32, i16)>>> = Arc::default();
+    let asked_in = asked.clone();
     let (Ok(mut c_in), Ok(mut s_out)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
     let (sh1, d1) = (sh.clone(), doomed.clone());
     thread::spawn(move || {
         while let Some(f) = read_frame(&mut c_in) {
-            if f.len() >= 12 && i16::from_be_bytes([f[4], f[5]]) == 0 {
+            let api_key = (f.len() >= 12).then(|| i16::from_be_bytes([f[4], f[5]]));
+            if api_key == Some(18) && sh1.refuse_api_versions.load(Ordering::Relaxed) {
+                break;
+            }
+            if api_key == Some(18) {
+                let version = i16::from_be_bytes([f[6], f[7]]);
+                let correlation = i32::from_be_bytes([f[8], f[9], f[10], f[11]]);
+                asked_in
+                    .lock()
+                    .expect("asked lock")
+                    .push((correlation, version));
+            }
+            if api_key == Some(0) {
+                sh1.produce_requests
+                    .lock()
+                    .expect("produce_requests lock")
+                    .push(f.clone());
+            }
+            if api_key == Some(0) {
                 let correlation = i32::from_be_bytes([f[8], f[9], f[10], f[11]]);
                 let k = sh1.produces.fetch_add(1, Ordering::Relaxed) + 1;
                 let every = sh1.lose_every.load(Ordering::Relaxed);
@@ -169,7 +220,7 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     let sh2 = sh.clone();
     let (mut s_in, mut c_out) = (server, client);
     thread::spawn(move || {
-        while let Some(f) = read_frame(&mut s_in) {
+        while let Some(mut f) = read_frame(&mut s_in) {
             let due = Instant::now() + Duration::from_millis(sh2.delay_ms.load(Ordering::Relaxed));
             let mut lost = false;
             while Instant::now() < due {
@@ -185,6 +236,15 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             }
             let Some(c) = f.get(4..8) else { break };
             let correlation = i32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+            let cap = *sh2.produce_max.lock().expect("produce_max lock");
+            let version = {
+                let mut a = asked.lock().expect("asked lock");
+                let i = a.iter().position(|(c, _)| *c == correlation);
+                i.map(|i| a.swap_remove(i).1)
+            };
+            if let (Some(max), Some(version)) = (cap, version) {
+                cap_produce_in_api_versions(&mut f, version, max);
+            }
             if doomed.lock().expect("doomed lock").remove(&correlation) {
                 sh2.cut_answers.fetch_add(1, Ordering::Relaxed);
                 break;
@@ -196,4 +256,40 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
         let _ = c_out.shutdown(Shutdown::Both);
         let _ = s_in.shutdown(Shutdown::Both);
     });
+}
+
+/// Lowers Produce's highest version to `max` in an ApiVersions answer `frame` (size prefix
+/// included) of request version `version`, in place (no length changes). v3+ is flexible:
+/// a compact array and a tag buffer per entry, assumed empty as brokers send it.
+fn cap_produce_in_api_versions(frame: &mut [u8], version: i16, max: i16) {
+    // size, correlation id, error code
+    let mut at = 4 + 4 + 2;
+    let flexible = version >= 3;
+    let Some(&first) = frame.get(at) else { return };
+    let count = if flexible {
+        if first & 0x80 != 0 {
+            return; // more than 127 APIs: not a broker answer this proxy knows
+        }
+        at += 1;
+        usize::from(first).saturating_sub(1)
+    } else {
+        let Some(n) = frame.get(at..at + 4) else {
+            return;
+        };
+        at += 4;
+        usize::try_from(i32::from_be_bytes([n[0], n[1], n[2], n[3]])).unwrap_or(0)
+    };
+    let entry = if flexible { 7 } else { 6 };
+    for _ in 0..count {
+        let Some(e) = frame.get_mut(at..at + entry) else {
+            return;
+        };
+        if i16::from_be_bytes([e[0], e[1]]) == 0 && i16::from_be_bytes([e[4], e[5]]) > max {
+            e[4..6].copy_from_slice(&max.to_be_bytes());
+        }
+        if flexible && e[6] != 0 {
+            return; // a tagged field: the layout from here on is unknown
+        }
+        at += entry;
+    }
 }
