@@ -54,6 +54,11 @@ impl VersionRange {
 /// accepts); v9+ is flexible and deliberately not supported, so the hot path never needs
 /// compact lengths. v7+ is needed for zstd.
 pub const PRODUCE_VERSIONS: VersionRange = VersionRange { min: 3, max: 8 };
+/// Produce versions of Kafka 0.8–0.10, which carry MessageSet v0 (v0, v1) or v1 (v2)
+/// instead of RecordBatch v2 (`kafka::message_set`).
+pub const PRODUCE_LEGACY_VERSIONS: VersionRange = VersionRange { min: 0, max: 2 };
+/// Every Produce version the codec (`kafka::produce`) writes and reads.
+pub const PRODUCE_CODEC_VERSIONS: VersionRange = VersionRange { min: 0, max: 8 };
 /// Metadata versions we speak; v4+ lets us ask for topic auto-creation explicitly.
 pub const METADATA_VERSIONS: VersionRange = VersionRange { min: 0, max: 12 };
 /// ApiVersions versions we speak; v3 is flexible and carries our software name and version.

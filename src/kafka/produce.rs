@@ -1,6 +1,7 @@
-//! Produce (key 0), v3–v8, the hot path. The request is written incrementally so record
+//! Produce (key 0), v0–v8, the hot path. The request is written incrementally so record
 //! batches are encoded straight into the request buffer: begin, then per topic and
-//! partition reserve the records length, let the caller write one RecordBatch, patch the
+//! partition reserve the records length, let the caller write one RecordBatch (v3+) or
+//! MessageSet (v0–v2: `kafka::message_set`), patch the
 //! length; finally patch the frame size. Only non-flexible versions are supported, so every
 //! length is a fixed-width placeholder. Note that with `acks = 0` the broker sends no
 //! response at all.
@@ -10,7 +11,7 @@ use super::primitives::{
     put_array_len, put_i16, put_i32, put_i32_at, put_nullable_string, put_string, reserve_i32,
     DecodeError, Reader,
 };
-use super::{API_KEY_PRODUCE, PRODUCE_VERSIONS};
+use super::{API_KEY_PRODUCE, PRODUCE_CODEC_VERSIONS};
 
 const API: &str = "produce";
 
@@ -48,7 +49,7 @@ impl ProduceRequestWriter {
         timeout_ms: i32,
         topic_count: usize,
     ) -> ProduceRequestWriter {
-        debug_assert!(PRODUCE_VERSIONS.contains(version));
+        debug_assert!(PRODUCE_CODEC_VERSIONS.contains(version));
         let frame = begin_request(
             buf,
             API_KEY_PRODUCE,
@@ -146,7 +147,7 @@ pub struct ProducePartitionResponse<'a> {
 
 /// Decodes a Produce response frame (size prefix stripped) of `version`.
 pub fn decode_response(frame: &[u8], version: i16) -> Result<ProduceResponse<'_>, DecodeError> {
-    if !PRODUCE_VERSIONS.contains(version) {
+    if !PRODUCE_CODEC_VERSIONS.contains(version) {
         return Err(DecodeError::UnsupportedVersion { api: API, version });
     }
     let mut r = Reader::new(frame);
@@ -299,7 +300,7 @@ mod tests {
 
     #[test]
     fn requests_match_kafka_protocol_byte_for_byte() {
-        for version in 3..=8 {
+        for version in 0..=8 {
             let ours = our_request(version, &layout());
             let size = i32::from_be_bytes(ours[..4].try_into().unwrap());
             assert_eq!(size as usize, ours.len() - 4);
@@ -353,7 +354,9 @@ mod tests {
                 put_i32(&mut b, index);
                 put_i16(&mut b, error);
                 put_i64(&mut b, base_offset);
-                put_i64(&mut b, 1_700_000_000_000); // log_append_time_ms (v2+)
+                if version >= 2 {
+                    put_i64(&mut b, 1_700_000_000_000); // log_append_time_ms
+                }
                 if version >= 5 {
                     put_i64(&mut b, 3); // log_start_offset
                 }
@@ -372,7 +375,9 @@ mod tests {
                 }
             }
         }
-        put_i32(&mut b, 250);
+        if version >= 1 {
+            put_i32(&mut b, 250); // throttle_time_ms
+        }
         b
     }
 
@@ -410,7 +415,7 @@ mod tests {
 
     #[test]
     fn responses_decode_like_kafka_protocol() {
-        for version in 3..=8 {
+        for version in 0..=8 {
             let frame = encode_response_frame(12, &sample_response(), version);
             let theirs = kafka_protocol_decode(&frame, version);
             let ours = decode_response(&frame, version).unwrap();
@@ -425,7 +430,8 @@ mod tests {
                 "v{version}"
             );
             assert_eq!(ours.correlation_id, 12);
-            assert_eq!(ours.throttle_time_ms, 250);
+            // v0 has no throttle time.
+            assert_eq!(ours.throttle_time_ms, if version >= 1 { 250 } else { 0 });
             assert_eq!(
                 ours.partitions[1],
                 ProducePartitionResponse {
@@ -441,7 +447,7 @@ mod tests {
 
     #[test]
     fn every_truncation_fails_cleanly() {
-        for version in 3..=8 {
+        for version in 0..=8 {
             let frame = encode_response_frame(1, &sample_response(), version);
             for len in 0..frame.len() {
                 assert!(
@@ -470,7 +476,7 @@ mod tests {
             decode_response(&frame, 3),
             Err(DecodeError::ArrayTooLong { .. })
         ));
-        for version in [2, 9] {
+        for version in [-1, 9] {
             assert!(matches!(
                 decode_response(&frame, version),
                 Err(DecodeError::UnsupportedVersion { .. })
