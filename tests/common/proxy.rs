@@ -33,8 +33,9 @@ struct Shared {
     lose_every: AtomicUsize,
     lose_max: AtomicUsize,
     produces: AtomicUsize,
-    /// Answers dropped by `lose_every`, and answers lost to `down` (held back by the
-    /// delay when the proxy went down).
+    /// Answers dropped by `lose_every`, and connections that lost answers to `down` (an
+    /// answer held back by the delay when the proxy went down; the ones behind it on the
+    /// same connection are not read, so not counted).
     cut_answers: AtomicUsize,
     down_answers: AtomicUsize,
     /// Close a connection when its client asks for ApiVersions (a Kafka 0.8–0.9 broker).
@@ -151,7 +152,7 @@ impl FaultProxy {
         self.shared.cut_answers.load(Ordering::Relaxed)
     }
 
-    /// Answers held back by the delay and lost when the proxy went down.
+    /// Connections that lost an answer held back by the delay when the proxy went down.
     pub fn down_answers(&self) -> usize {
         self.shared.down_answers.load(Ordering::Relaxed)
     }

@@ -208,8 +208,8 @@ struct TansuTally {
     consumed_unique: u64,
     duplicates: u64,
     possible_duplicates: u64,
-    /// Answers the proxy lost: cut after the broker took the request, and held by the
-    /// delay when the broker went down.
+    /// Answers the proxy lost with their connection after the broker took the request,
+    /// and connections that lost delayed answers when the broker went down.
     cut_answers: usize,
     down_answers: usize,
     /// Resends Tansu recognised (DUPLICATE_SEQUENCE_NUMBER).
