@@ -133,8 +133,8 @@ pub struct TopicSnapshot {
     /// Indexed by `DiscardReason::index`.
     pub discarded: [u64; DiscardReason::COUNT],
     pub possible_duplicates: u64,
-    /// Messages of idempotent batches whose answer was lost and that are sent again under
-    /// the same sequence (see [`Metrics::resent_in_doubt`]).
+    /// Messages of idempotent batches in doubt that are sent again under the same
+    /// sequence (see [`Metrics::resent_in_doubt`]).
     pub resent_in_doubt: u64,
     /// `received - delivered - sum(discarded)`; never negative when callers count
     /// `received` before the outcome (see `snapshot_topics`).
@@ -462,9 +462,10 @@ impl Metrics {
         add_range(&mut self.periods().current.duplicates, t, n, min_ts, max_ts);
     }
 
-    /// `n` messages of topic `t`, in an idempotent batch whose answer was lost (its
-    /// connection failed with the request out), are kept under their producer id, epoch
-    /// and sequence to be sent again. A broker that implements KIP-98 stores them once;
+    /// `n` messages of topic `t`, in an idempotent batch in doubt (its connection failed
+    /// with the request out, or the broker answered after appending it, see
+    /// `kafka::errors::may_be_written`), are kept under their producer id, epoch and
+    /// sequence to be sent again. A broker that implements KIP-98 stores them once;
     /// one that does not deduplicate stores each resend again. Not possible duplicates:
     /// those are counted by [`Metrics::possible_duplicates`] when a resend goes under a
     /// new identity.

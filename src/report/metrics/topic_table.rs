@@ -19,7 +19,7 @@ pub(super) struct TopicStats {
     pub(super) delivered: AtomicU64,
     pub(super) discarded: [AtomicU64; super::DiscardReason::COUNT],
     pub(super) possible_duplicates: AtomicU64,
-    /// Messages whose answer was lost, kept under their sequence to be sent again.
+    /// Messages in doubt (perhaps stored), kept under their sequence to be sent again.
     pub(super) resent_in_doubt: AtomicU64,
     pub(super) queued: [AtomicI64; 4],
     /// Commit point tracker and delivery latency.

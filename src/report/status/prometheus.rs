@@ -113,7 +113,7 @@ pub(super) fn prometheus(m: &Metrics) -> String {
         &mut out,
         name,
         "counter",
-        "Messages of idempotent batches whose answer was lost, sent again under the same sequence (a KIP-98 broker stores them once), per topic.",
+        "Messages of idempotent batches in doubt (connection lost before the answer, or answered after the append), sent again under the same sequence (a KIP-98 broker stores them once), per topic.",
     );
     for (t, l) in topics.iter().zip(&labels) {
         let _ = writeln!(out, "{name}{{topic=\"{l}\"}} {}", t.resent_in_doubt);

@@ -209,9 +209,10 @@ impl Router {
             batch.seq = None;
             return self.on_returned(reason, batch);
         }
-        // Out on a connection lost before the answer: the broker may have it, and will
-        // recognise the resend under the same sequence, so it is no possible duplicate
-        // (counted apart, for brokers that do not deduplicate).
+        // In doubt (out on a connection lost before the answer, or answered after the
+        // append): the broker may have it, and will recognise the resend under the same
+        // sequence, so it is no possible duplicate (counted apart, for brokers that do not
+        // deduplicate).
         if batch.msgs.iter().any(|m| m.maybe_sent) {
             seq.uncertain = true;
             batch.seq = Some(seq);
