@@ -72,7 +72,7 @@ fn capture(fallback: &str, codec: &str, ts0: i64) -> Captured {
     let listener = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy");
     let proxy = FaultProxy::start(listener, tansu.port());
     if fallback == "0.10.0" {
-        proxy.cap_produce_version(2);
+        proxy.cap_api_version(0, 2);
     } else {
         proxy.refuse_api_versions();
     }
@@ -216,4 +216,110 @@ fn librdkafka_message_set_v0_decodes_field_by_field() {
 #[test]
 fn librdkafka_message_set_v1_decodes_field_by_field() {
     round("0.10.0", Magic::V1, 2);
+}
+
+/// dory itself against a broker of Kafka 0.10, emulated by the proxy in front of Tansu: its
+/// ApiVersions answer offers Produce v2 at most and no InitProducerId. dory must fall back
+/// from idempotence (counted), speak Produce v2 with MessageSet v1, plain and lz4, and
+/// every message sent must be in the captured requests, key, value and timestamp intact.
+/// Tansu cannot store the format, so the test ends at the bytes and at dory's accounting
+/// of Tansu's refusal: nothing in flight, every message counted delivered or discarded.
+#[test]
+fn dory_speaks_produce_v2_with_message_set_v1_to_a_0_10_broker() {
+    for codec in ["none", "lz4"] {
+        let proxy_port = free_port();
+        let tansu = Tansu::start_advertising(proxy_port);
+        let topic = "old10";
+        tansu.create_topic(topic, 3);
+        let listener = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy");
+        let proxy = FaultProxy::start(listener, tansu.port());
+        proxy.cap_api_version(0, 2); // Produce
+        proxy.cap_api_version(22, -1); // InitProducerId: not offered
+        let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
+        args.config_toml = Some(format!(
+            "[compression]\ndefault = \"{codec}\"\n[delivery]\nmax_failed_delivery_attempts = 1\nretry_backoff_ms = 20\nretry_backoff_max_ms = 100\n"
+        ));
+        let mut dory = Dory::start(args);
+        dory.wait_ready();
+        let ts = now_ms() - 1000;
+        let msgs: Vec<TestMsg> = (0..300u32)
+            .map(|id| TestMsg {
+                id,
+                input: Input::Stream,
+                route: if id % 3 == 0 {
+                    Route::PartitionKey(id as i32)
+                } else {
+                    Route::AnyPartition
+                },
+                topic: topic.to_string(),
+                ts: ts + i64::from(id),
+                key: if id % 2 == 0 {
+                    format!("key{id}").into_bytes()
+                } else {
+                    Vec::new()
+                },
+                value: format!("<{id:08}> {}", "z".repeat(60)).into_bytes(),
+            })
+            .collect();
+        dory.send_stream(&msgs);
+        dory.wait_received(&[(topic, msgs.len() as u64)], Duration::from_secs(30));
+        let m = dory.wait_drained(Duration::from_secs(60));
+        assert!(m.invariant_violations().is_empty(), "{}", m.text);
+        assert_eq!(
+            m.delivered(topic) + m.discarded_total(topic),
+            msgs.len() as u64,
+            "{}",
+            m.text
+        );
+        let counters = dory.counters().expect("counters");
+        assert_eq!(
+            counters.get("IdempotenceFallback"),
+            Some(&1),
+            "{counters:?}"
+        );
+        // Every message is in a Produce v2 request as a magic-1 message.
+        let mut seen = std::collections::BTreeMap::new();
+        for frame in proxy.produce_requests() {
+            for c in produce_sets(&frame) {
+                assert_eq!(c.version, 2, "Produce v{}", c.version);
+                let got = decode_message_set(&c.set, 1 << 20)
+                    .unwrap_or_else(|e| panic!("dory's own set does not decode: {e:?}"));
+                for g in got {
+                    assert_eq!(g.magic, 1);
+                    let want_wrapper = (codec == "lz4").then_some(Codec::Lz4);
+                    assert!(
+                        g.wrapper == want_wrapper || g.wrapper.is_none(),
+                        "{codec}: {:?}",
+                        g.wrapper
+                    );
+                    let id = value_id(g.value.as_deref().unwrap_or_default()).expect("an id");
+                    seen.insert(id, g);
+                }
+            }
+        }
+        for t in &msgs {
+            let g = seen
+                .get(&t.id)
+                .unwrap_or_else(|| panic!("{codec}: id {} in no request", t.id));
+            assert_eq!(g.value.as_deref(), Some(&t.value[..]));
+            let key = (!t.key.is_empty()).then_some(&t.key[..]);
+            assert_eq!(g.key.as_deref(), key, "id {}", t.id);
+            assert_eq!(g.timestamp, Some(t.ts), "id {}", t.id);
+        }
+        if codec == "lz4" {
+            assert!(
+                seen.values().any(|g| g.wrapper == Some(Codec::Lz4)),
+                "no set went compressed"
+            );
+        }
+        assert_eq!(dory.terminate(Duration::from_secs(10)).code(), Some(0));
+        let logs = dory.logs();
+        assert!(logs.contains("speaks Produce v2 at most"), "{logs}");
+        println!(
+            "OLD BROKERS dory → 0.10 ({codec}): {} messages in Produce v2 / MessageSet v1 requests; Tansu's answer: delivered {}, discarded {:?}",
+            seen.len(),
+            m.delivered(topic),
+            m.discards_of(topic)
+        );
+    }
 }

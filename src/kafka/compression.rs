@@ -78,11 +78,12 @@ impl Codec {
     }
 
     /// The lowest Produce version that may carry batches of this codec: brokers reject
-    /// zstd below v7 (KIP-110) with UNSUPPORTED_COMPRESSION_TYPE.
+    /// zstd below v7 (KIP-110) with UNSUPPORTED_COMPRESSION_TYPE; gzip, snappy and lz4
+    /// (Kafka 0.8.2 on) go with every version.
     pub const fn min_produce_version(self) -> i16 {
         match self {
             Codec::Zstd => 7,
-            _ => 3,
+            _ => 0,
         }
     }
 
@@ -552,7 +553,7 @@ mod tests {
             Err(CompressError::UnknownCodec(_))
         ));
         assert_eq!(Codec::Zstd.min_produce_version(), 7);
-        assert_eq!(Codec::Lz4.min_produce_version(), 3);
+        assert_eq!(Codec::Lz4.min_produce_version(), 0);
     }
 
     #[test]

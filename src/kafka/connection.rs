@@ -27,7 +27,7 @@ use super::primitives::DecodeError;
 use super::sasl::{self, Credentials, Mechanism, ScramClient};
 use super::{
     negotiate, API_KEY_API_VERSIONS, API_KEY_METADATA, API_KEY_PRODUCE, API_VERSIONS_VERSIONS,
-    METADATA_VERSIONS, PRODUCE_VERSIONS,
+    METADATA_VERSIONS,
 };
 
 /// Frames are read in pieces of at most this size, so memory grows with bytes that really
@@ -268,7 +268,7 @@ impl Connection {
         self.set_timeouts(saved.0, saved.1)?;
         let api_versions = result.map_err(ConnError::from_tls_io)?;
         Ok(Negotiated {
-            produce: negotiate(PRODUCE_VERSIONS, api_versions.get(API_KEY_PRODUCE)),
+            produce: super::negotiate_produce(api_versions.get(API_KEY_PRODUCE)),
             metadata: negotiate(METADATA_VERSIONS, api_versions.get(API_KEY_METADATA)),
             api_versions,
         })
@@ -888,7 +888,11 @@ mod tests {
         }
         let mut conn = conn.unwrap();
         let n = conn.handshake(None, Duration::from_secs(5)).unwrap();
-        assert_eq!(n.produce, None, "broker only speaks produce v0-v2");
+        assert_eq!(
+            n.produce,
+            Some(2),
+            "a 0.10 broker: Produce v2 (MessageSet v1)"
+        );
         assert_eq!(n.metadata, Some(5));
         assert_eq!(broker.join().unwrap(), vec![3, 2]);
     }

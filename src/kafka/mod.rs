@@ -64,6 +64,13 @@ pub const METADATA_VERSIONS: VersionRange = VersionRange { min: 0, max: 12 };
 /// ApiVersions versions we speak; v3 is flexible and carries our software name and version.
 pub const API_VERSIONS_VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
 
+/// The Produce version to speak to a broker offering `theirs`: the highest of v3–v8
+/// (RecordBatch v2), else, for a broker of Kafka 0.10 (which offers v2 at most), the
+/// highest of v0–v2 (MessageSet v0/v1, `kafka::message_set`).
+pub fn negotiate_produce(theirs: Option<&ApiVersionRange>) -> Option<i16> {
+    negotiate(PRODUCE_VERSIONS, theirs).or_else(|| negotiate(PRODUCE_LEGACY_VERSIONS, theirs))
+}
+
 /// The highest version both we and the broker support, or `None` if the ranges do not meet
 /// (or the broker does not list the API at all).
 pub fn negotiate(ours: VersionRange, theirs: Option<&ApiVersionRange>) -> Option<i16> {
@@ -95,6 +102,12 @@ mod tests {
         assert_eq!(negotiate(PRODUCE_VERSIONS, Some(&range(5, 3))), None);
         assert_eq!(negotiate(PRODUCE_VERSIONS, None), None);
         assert_eq!(negotiate(METADATA_VERSIONS, Some(&range(4, 13))), Some(12));
+        // Produce: RecordBatch versions first, the old formats only where nothing else is.
+        assert_eq!(negotiate_produce(Some(&range(0, 12))), Some(8));
+        assert_eq!(negotiate_produce(Some(&range(0, 2))), Some(2));
+        assert_eq!(negotiate_produce(Some(&range(0, 1))), Some(1));
+        assert_eq!(negotiate_produce(Some(&range(9, 12))), None);
+        assert_eq!(negotiate_produce(None), None);
     }
 
     #[test]

@@ -40,8 +40,8 @@ struct Shared {
     down_answers: AtomicUsize,
     /// Close a connection when its client asks for ApiVersions (a Kafka 0.8–0.9 broker).
     refuse_api_versions: AtomicBool,
-    /// The highest Produce version the broker's ApiVersions answers offer, if capped.
-    produce_max: Mutex<Option<i16>>,
+    /// (API key, highest version) caps applied to the broker's ApiVersions answers.
+    api_caps: Mutex<Vec<(i16, i16)>>,
     /// Every Produce request frame (size prefix included), in arrival order.
     produce_requests: Mutex<Vec<Vec<u8>>>,
     /// Both ends of every open connection, to cut them when going down.
@@ -132,10 +132,15 @@ impl FaultProxy {
             .store(true, Ordering::Relaxed);
     }
 
-    /// Lowers the highest Produce version in the broker's ApiVersions answers to `max` (a
-    /// Kafka 0.10 broker offers Produce v2 at most).
-    pub fn cap_produce_version(&self, max: i16) {
-        *self.shared.produce_max.lock().expect("produce_max lock") = Some(max);
+    /// Lowers the highest version of API `api_key` in the broker's ApiVersions answers to
+    /// `max` (a Kafka 0.10 broker offers Produce v2 at most); a `max` below the lowest
+    /// version offers the API at no version, as a broker without it would.
+    pub fn cap_api_version(&self, api_key: i16, max: i16) {
+        self.shared
+            .api_caps
+            .lock()
+            .expect("api_caps lock")
+            .push((api_key, max));
     }
 
     /// The Produce requests forwarded so far (whole frames).
@@ -237,14 +242,14 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
             }
             let Some(c) = f.get(4..8) else { break };
             let correlation = i32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-            let cap = *sh2.produce_max.lock().expect("produce_max lock");
+            let caps = sh2.api_caps.lock().expect("api_caps lock").clone();
             let version = {
                 let mut a = asked.lock().expect("asked lock");
                 let i = a.iter().position(|(c, _)| *c == correlation);
                 i.map(|i| a.swap_remove(i).1)
             };
-            if let (Some(max), Some(version)) = (cap, version) {
-                cap_produce_in_api_versions(&mut f, version, max);
+            if let Some(version) = version.filter(|_| !caps.is_empty()) {
+                cap_api_versions(&mut f, version, &caps);
             }
             if doomed.lock().expect("doomed lock").remove(&correlation) {
                 sh2.cut_answers.fetch_add(1, Ordering::Relaxed);
@@ -259,10 +264,10 @@ fn serve(sh: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     });
 }
 
-/// Lowers Produce's highest version to `max` in an ApiVersions answer `frame` (size prefix
+/// Applies `caps` (API key, highest version) to an ApiVersions answer `frame` (size prefix
 /// included) of request version `version`, in place (no length changes). v3+ is flexible:
 /// a compact array and a tag buffer per entry, assumed empty as brokers send it.
-fn cap_produce_in_api_versions(frame: &mut [u8], version: i16, max: i16) {
+fn cap_api_versions(frame: &mut [u8], version: i16, caps: &[(i16, i16)]) {
     // size, correlation id, error code
     let mut at = 4 + 4 + 2;
     let flexible = version >= 3;
@@ -285,8 +290,11 @@ fn cap_produce_in_api_versions(frame: &mut [u8], version: i16, max: i16) {
         let Some(e) = frame.get_mut(at..at + entry) else {
             return;
         };
-        if i16::from_be_bytes([e[0], e[1]]) == 0 && i16::from_be_bytes([e[4], e[5]]) > max {
-            e[4..6].copy_from_slice(&max.to_be_bytes());
+        let key = i16::from_be_bytes([e[0], e[1]]);
+        for &(_, max) in caps.iter().filter(|(k, _)| *k == key) {
+            if i16::from_be_bytes([e[4], e[5]]) > max {
+                e[4..6].copy_from_slice(&max.to_be_bytes());
+            }
         }
         if flexible && e[6] != 0 {
             return; // a tagged field: the layout from here on is unknown

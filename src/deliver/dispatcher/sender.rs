@@ -17,9 +17,10 @@ use crate::deliver::refusal;
 use crate::fasthash::FastMap;
 use crate::kafka::compression::{Codec, Compression};
 use crate::kafka::connection::{ConnError, Connection, SecurityFailure};
+use crate::kafka::message_set::{Magic, MessageSetWriter};
 use crate::kafka::produce::ProduceRequestWriter;
 use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
-use crate::kafka::PRODUCE_VERSIONS;
+use crate::kafka::{PRODUCE_LEGACY_VERSIONS, PRODUCE_VERSIONS};
 use crate::pipeline::{Batch, Outcome, ReturnReason, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
 use crate::report::liveness::{Heartbeat, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, Metrics, QueueState, TopicId};
@@ -58,6 +59,8 @@ pub(super) struct Sender_ {
     /// hold thousands of partitions when there are many topics).
     pub(super) part_index: FastMap<(TopicId, i32), usize>,
     pub(super) zstd_warned: AtomicBool,
+    /// Whether speaking an old Produce version (Kafka 0.10) to this broker was logged.
+    pub(super) legacy_logged: AtomicBool,
     pub(super) heartbeat: Heartbeat,
 }
 
@@ -212,16 +215,23 @@ impl Sender_ {
         conn.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
         let neg = conn.handshake(self.cfg.client_id.as_deref(), self.cfg.socket_timeout)?;
         refusal::passed(self.metrics, &format!("{}:{}", self.host, self.port));
-        let version = crate::kafka::negotiate(
-            PRODUCE_VERSIONS,
-            neg.api_versions.get(crate::kafka::API_KEY_PRODUCE),
-        )
-        .ok_or_else(|| {
-            ConnError::Io(std::io::Error::other(format!(
-                "broker supports no Produce version in {}..={} (Kafka 0.11 or later is required)",
-                PRODUCE_VERSIONS.min, PRODUCE_VERSIONS.max
+        let version =
+            crate::kafka::negotiate_produce(neg.api_versions.get(crate::kafka::API_KEY_PRODUCE))
+                .ok_or_else(|| {
+                    ConnError::Io(std::io::Error::other(format!(
+                "broker supports no Produce version in {}..={} (Kafka 0.10 or later is required)",
+                PRODUCE_LEGACY_VERSIONS.min, PRODUCE_VERSIONS.max
             )))
-        })?;
+                })?;
+        if let Some(magic) = Magic::for_produce_version(version) {
+            if !self.legacy_logged.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "broker {}: speaks Produce v{version} at most (Kafka 0.10): sending MessageSet v{} (no idempotence, no zstd)",
+                    self.id,
+                    magic.byte()
+                );
+            }
+        }
         Ok((conn, version))
     }
 
@@ -477,6 +487,28 @@ impl Sender_ {
                 w.begin_partition(buf, p.partition);
                 let base_ts = p.msgs.first().map_or(0, |m| m.timestamp);
                 let compression = self.compression_for(p, version);
+                if let Some(magic) = Magic::for_produce_version(version) {
+                    // A broker of Kafka 0.10 or older: no producer identity to carry (such
+                    // clusters offer no InitProducerId, so nothing is sealed).
+                    let mut ms = MessageSetWriter::begin(magic, compression, scratch);
+                    for m in &p.msgs {
+                        let (k, v) = (m.key_len(), m.value_len());
+                        let target = ms.records_buf(buf, scratch);
+                        ms.append_parts(
+                            target,
+                            m.timestamp,
+                            (k > 0).then_some(k),
+                            |b| m.payload.copy_to(0, k, b),
+                            Some(v),
+                            |b| m.payload.copy_to(k, v, b),
+                        );
+                    }
+                    let threshold = u32::from(self.cfg.policies.size_threshold_percent);
+                    let outcome = ms.finish(buf, scratch, threshold);
+                    self.count_compression(outcome);
+                    w.end_partition(buf);
+                    continue;
+                }
                 let mut rb = RecordBatchWriter::begin_with(buf, base_ts, compression, scratch);
                 if let Some(s) = p.seq {
                     rb.set_producer(buf, s.producer_id, s.epoch, s.base);
@@ -500,26 +532,32 @@ impl Sender_ {
                     );
                 }
                 let threshold = u32::from(self.cfg.policies.size_threshold_percent);
-                match rb.finish_compressed(buf, scratch, threshold) {
-                    CompressionOutcome::Uncompressed => {}
-                    CompressionOutcome::Compressed { .. } => {
-                        self.metrics.inc(Counter::MsgSetCompressionYes)
-                    }
-                    CompressionOutcome::NotCompressible { .. } => {
-                        self.metrics.inc(Counter::MsgSetNotCompressible)
-                    }
-                    CompressionOutcome::Error(e) => {
-                        self.metrics.inc(Counter::MsgSetCompressionError);
-                        log::error!(
-                            "broker {}: compression failed, sent uncompressed: {e}",
-                            self.id
-                        );
-                    }
-                }
+                let outcome = rb.finish_compressed(buf, scratch, threshold);
+                self.count_compression(outcome);
                 w.end_partition(buf);
             }
             i = j;
         }
         w.finish(buf);
+    }
+
+    /// Counts how a batch or message set was compressed (Dory's counters).
+    fn count_compression(&self, outcome: CompressionOutcome) {
+        match outcome {
+            CompressionOutcome::Uncompressed => {}
+            CompressionOutcome::Compressed { .. } => {
+                self.metrics.inc(Counter::MsgSetCompressionYes)
+            }
+            CompressionOutcome::NotCompressible { .. } => {
+                self.metrics.inc(Counter::MsgSetNotCompressible)
+            }
+            CompressionOutcome::Error(e) => {
+                self.metrics.inc(Counter::MsgSetCompressionError);
+                log::error!(
+                    "broker {}: compression failed, sent uncompressed: {e}",
+                    self.id
+                );
+            }
+        }
     }
 }
