@@ -8,7 +8,9 @@
 //! any magic but 2; Tansu decodes only RecordBatch v2), so the broker behind the proxy,
 //! Tansu, refuses them: the requests are what the test is after. dory's decoder
 //! (`kafka::message_set`) must read every captured set field by field, and dory's writer
-//! must encode each uncompressed message to the same bytes librdkafka wrote.
+//! must encode each uncompressed message to the same bytes librdkafka wrote. Then dory
+//! itself goes through the proxy as to a 0.10 broker (ApiVersions capped) and to 0.9 and
+//! 0.8 brokers (ApiVersions refused, `kafka.broker_version` set).
 
 mod common;
 
@@ -218,108 +220,157 @@ fn librdkafka_message_set_v1_decodes_field_by_field() {
     round("0.10.0", Magic::V1, 2);
 }
 
-/// dory itself against a broker of Kafka 0.10, emulated by the proxy in front of Tansu: its
-/// ApiVersions answer offers Produce v2 at most and no InitProducerId. dory must fall back
-/// from idempotence (counted), speak Produce v2 with MessageSet v1, plain and lz4, and
-/// every message sent must be in the captured requests, key, value and timestamp intact.
-/// Tansu cannot store the format, so the test ends at the bytes and at dory's accounting
-/// of Tansu's refusal: nothing in flight, every message counted delivered or discarded.
+/// dory itself against an old broker emulated by the proxy in front of Tansu, with
+/// compression `codec`: `broker_version` `None` is a 0.10 broker, whose ApiVersions answer
+/// offers Produce v2 at most and no InitProducerId; `Some("0.9")` a 0.9 broker, which
+/// closes the connection on ApiVersions, so dory goes by `kafka.broker_version`. dory must
+/// fall back from idempotence (counted), speak `produce_version` with magic `magic`, and
+/// every message sent must be in the captured requests, key, value and (magic 1) timestamp
+/// intact. Tansu cannot store the format, so the test ends at the bytes and at dory's
+/// accounting of Tansu's refusal: nothing in flight, every message delivered or discarded.
+fn dory_against_old_broker(
+    codec: &str,
+    broker_version: Option<&str>,
+    produce_version: i16,
+    magic: Magic,
+    log_line: &str,
+) {
+    let proxy_port = free_port();
+    let tansu = Tansu::start_advertising(proxy_port);
+    let topic = "old_dory";
+    tansu.create_topic(topic, 3);
+    let listener = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy");
+    let proxy = FaultProxy::start(listener, tansu.port());
+    if broker_version.is_some() {
+        proxy.refuse_api_versions();
+    } else {
+        proxy.cap_api_version(0, 2); // Produce
+        proxy.cap_api_version(22, -1); // InitProducerId: not offered
+    }
+    let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
+    let setting = broker_version.map_or(String::new(), |v| format!("broker_version = \"{v}\"\n"));
+    args.config_toml = Some(format!(
+        "[kafka]\n{setting}[compression]\ndefault = \"{codec}\"\n[delivery]\nmax_failed_delivery_attempts = 1\nretry_backoff_ms = 20\nretry_backoff_max_ms = 100\n"
+    ));
+    let mut dory = Dory::start(args);
+    dory.wait_ready();
+    let ts = now_ms() - 1000;
+    let msgs: Vec<TestMsg> = (0..300u32)
+        .map(|id| TestMsg {
+            id,
+            input: Input::Stream,
+            route: if id % 3 == 0 {
+                Route::PartitionKey(id as i32)
+            } else {
+                Route::AnyPartition
+            },
+            topic: topic.to_string(),
+            ts: ts + i64::from(id),
+            key: if id % 2 == 0 {
+                format!("key{id}").into_bytes()
+            } else {
+                Vec::new()
+            },
+            value: format!("<{id:08}> {}", "z".repeat(60)).into_bytes(),
+        })
+        .collect();
+    dory.send_stream(&msgs);
+    dory.wait_received(&[(topic, msgs.len() as u64)], Duration::from_secs(30));
+    let m = dory.wait_drained(Duration::from_secs(60));
+    assert!(m.invariant_violations().is_empty(), "{}", m.text);
+    assert_eq!(
+        m.delivered(topic) + m.discarded_total(topic),
+        msgs.len() as u64,
+        "{}",
+        m.text
+    );
+    let counters = dory.counters().expect("counters");
+    assert_eq!(
+        counters.get("IdempotenceFallback"),
+        Some(&1),
+        "{counters:?}"
+    );
+    let want_wrapper = match codec {
+        "gzip" => Some(Codec::Gzip),
+        "snappy" => Some(Codec::Snappy),
+        "lz4" => Some(Codec::Lz4),
+        _ => None,
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for frame in proxy.produce_requests() {
+        for c in produce_sets(&frame) {
+            assert_eq!(c.version, produce_version, "Produce v{}", c.version);
+            let got = decode_message_set(&c.set, 1 << 20)
+                .unwrap_or_else(|e| panic!("dory's own set does not decode: {e:?}"));
+            for g in got {
+                assert_eq!(g.magic, magic.byte());
+                assert!(
+                    g.wrapper == want_wrapper || g.wrapper.is_none(),
+                    "{codec}: {:?}",
+                    g.wrapper
+                );
+                let id = value_id(g.value.as_deref().unwrap_or_default()).expect("an id");
+                seen.insert(id, g);
+            }
+        }
+    }
+    for t in &msgs {
+        let g = seen
+            .get(&t.id)
+            .unwrap_or_else(|| panic!("{codec}: id {} in no request", t.id));
+        assert_eq!(g.value.as_deref(), Some(&t.value[..]));
+        let key = (!t.key.is_empty()).then_some(&t.key[..]);
+        assert_eq!(g.key.as_deref(), key, "id {}", t.id);
+        let want_ts = (magic == Magic::V1).then_some(t.ts);
+        assert_eq!(g.timestamp, want_ts, "id {}", t.id);
+    }
+    if want_wrapper.is_some() {
+        assert!(
+            seen.values().any(|g| g.wrapper == want_wrapper),
+            "no set went compressed"
+        );
+    }
+    assert_eq!(dory.terminate(Duration::from_secs(10)).code(), Some(0));
+    let logs = dory.logs();
+    assert!(logs.contains(log_line), "log lacks {log_line:?}:\n{logs}");
+    println!(
+        "OLD BROKERS dory → {} ({codec}): {} of {} messages in Produce v{produce_version} / magic {} requests; Tansu's answer: delivered {}, discarded {:?}",
+        broker_version.unwrap_or("0.10"),
+        seen.len(),
+        msgs.len(),
+        magic.byte(),
+        m.delivered(topic),
+        m.discards_of(topic)
+    );
+}
+
 #[test]
 fn dory_speaks_produce_v2_with_message_set_v1_to_a_0_10_broker() {
     for codec in ["none", "lz4"] {
-        let proxy_port = free_port();
-        let tansu = Tansu::start_advertising(proxy_port);
-        let topic = "old10";
-        tansu.create_topic(topic, 3);
-        let listener = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy");
-        let proxy = FaultProxy::start(listener, tansu.port());
-        proxy.cap_api_version(0, 2); // Produce
-        proxy.cap_api_version(22, -1); // InitProducerId: not offered
-        let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
-        args.config_toml = Some(format!(
-            "[compression]\ndefault = \"{codec}\"\n[delivery]\nmax_failed_delivery_attempts = 1\nretry_backoff_ms = 20\nretry_backoff_max_ms = 100\n"
-        ));
-        let mut dory = Dory::start(args);
-        dory.wait_ready();
-        let ts = now_ms() - 1000;
-        let msgs: Vec<TestMsg> = (0..300u32)
-            .map(|id| TestMsg {
-                id,
-                input: Input::Stream,
-                route: if id % 3 == 0 {
-                    Route::PartitionKey(id as i32)
-                } else {
-                    Route::AnyPartition
-                },
-                topic: topic.to_string(),
-                ts: ts + i64::from(id),
-                key: if id % 2 == 0 {
-                    format!("key{id}").into_bytes()
-                } else {
-                    Vec::new()
-                },
-                value: format!("<{id:08}> {}", "z".repeat(60)).into_bytes(),
-            })
-            .collect();
-        dory.send_stream(&msgs);
-        dory.wait_received(&[(topic, msgs.len() as u64)], Duration::from_secs(30));
-        let m = dory.wait_drained(Duration::from_secs(60));
-        assert!(m.invariant_violations().is_empty(), "{}", m.text);
-        assert_eq!(
-            m.delivered(topic) + m.discarded_total(topic),
-            msgs.len() as u64,
-            "{}",
-            m.text
-        );
-        let counters = dory.counters().expect("counters");
-        assert_eq!(
-            counters.get("IdempotenceFallback"),
-            Some(&1),
-            "{counters:?}"
-        );
-        // Every message is in a Produce v2 request as a magic-1 message.
-        let mut seen = std::collections::BTreeMap::new();
-        for frame in proxy.produce_requests() {
-            for c in produce_sets(&frame) {
-                assert_eq!(c.version, 2, "Produce v{}", c.version);
-                let got = decode_message_set(&c.set, 1 << 20)
-                    .unwrap_or_else(|e| panic!("dory's own set does not decode: {e:?}"));
-                for g in got {
-                    assert_eq!(g.magic, 1);
-                    let want_wrapper = (codec == "lz4").then_some(Codec::Lz4);
-                    assert!(
-                        g.wrapper == want_wrapper || g.wrapper.is_none(),
-                        "{codec}: {:?}",
-                        g.wrapper
-                    );
-                    let id = value_id(g.value.as_deref().unwrap_or_default()).expect("an id");
-                    seen.insert(id, g);
-                }
-            }
-        }
-        for t in &msgs {
-            let g = seen
-                .get(&t.id)
-                .unwrap_or_else(|| panic!("{codec}: id {} in no request", t.id));
-            assert_eq!(g.value.as_deref(), Some(&t.value[..]));
-            let key = (!t.key.is_empty()).then_some(&t.key[..]);
-            assert_eq!(g.key.as_deref(), key, "id {}", t.id);
-            assert_eq!(g.timestamp, Some(t.ts), "id {}", t.id);
-        }
-        if codec == "lz4" {
-            assert!(
-                seen.values().any(|g| g.wrapper == Some(Codec::Lz4)),
-                "no set went compressed"
-            );
-        }
-        assert_eq!(dory.terminate(Duration::from_secs(10)).code(), Some(0));
-        let logs = dory.logs();
-        assert!(logs.contains("speaks Produce v2 at most"), "{logs}");
-        println!(
-            "OLD BROKERS dory → 0.10 ({codec}): {} messages in Produce v2 / MessageSet v1 requests; Tansu's answer: delivered {}, discarded {:?}",
-            seen.len(),
-            m.delivered(topic),
-            m.discards_of(topic)
+        dory_against_old_broker(codec, None, 2, Magic::V1, "offers Produce v2 at most");
+    }
+}
+
+#[test]
+fn dory_speaks_produce_v1_with_message_set_v0_to_a_0_9_broker_by_its_setting() {
+    for codec in ["none", "lz4"] {
+        dory_against_old_broker(
+            codec,
+            Some("0.9"),
+            1,
+            Magic::V0,
+            "taken for Kafka 0.9 (kafka.broker_version)",
         );
     }
+}
+
+#[test]
+fn dory_speaks_produce_v0_to_a_0_8_broker_by_its_setting() {
+    dory_against_old_broker(
+        "gzip",
+        Some("0.8"),
+        0,
+        Magic::V0,
+        "taken for Kafka 0.8 (kafka.broker_version)",
+    );
 }

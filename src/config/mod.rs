@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::kafka::api_versions::BrokerVersion;
 use crate::kafka::Security;
 use policy::{
     Policies, RawCombined, RawCompression, RawLimits, RawPartitioning, RawPolicies, RawRateLimit,
@@ -189,6 +190,8 @@ pub struct RawKafka {
     pub socket_timeout_ms: Option<u64>,
     pub max_in_flight_requests: Option<usize>,
     pub idempotence: Option<bool>,
+    /// What to take a broker for that closes the connection on ApiVersions ("0.8", "0.9").
+    pub broker_version: Option<String>,
     /// `[kafka.tls]`: present (and not `enable = false`) means TLS to every broker.
     pub tls: Option<security::RawTls>,
     /// `[kafka.sasl]`: present means SASL authentication on every connection.
@@ -324,6 +327,9 @@ pub struct KafkaConfig {
     /// Idempotent delivery (producer id and sequence numbers): on unless turned off or
     /// `acks` is not -1.
     pub idempotence: bool,
+    /// A broker that closes the connection on ApiVersions (Kafka 0.8–0.9) is taken to be
+    /// this version (`kafka.broker_version`); `None`: such a broker is unusable.
+    pub broker_version: Option<BrokerVersion>,
     /// TLS and SASL for broker connections (`[kafka.tls]`, `[kafka.sasl]`).
     pub security: Security,
     /// What may be shown of `security` (never a secret).
@@ -605,6 +611,26 @@ impl Config {
                 "must fit in a signed 32-bit integer",
             ));
         }
+        let broker_version = match kafka.broker_version.as_deref() {
+            None => None,
+            Some(s) => Some(BrokerVersion::parse(s).ok_or_else(|| {
+                invalid(
+                    "kafka.broker_version",
+                    format!("{s:?} is not a Kafka version dory can fall back to: \"0.8\", \"0.9\" or \"0.10\" (brokers of 0.11 and later answer ApiVersions)"),
+                )
+            })?),
+        };
+        if kafka.sasl.is_some()
+            && matches!(
+                broker_version,
+                Some(BrokerVersion::V0_8 | BrokerVersion::V0_9)
+            )
+        {
+            return Err(invalid(
+                "kafka.broker_version",
+                "Kafka 0.8 and 0.9 brokers cannot do SASL PLAIN or SCRAM: remove [kafka.sasl] or the setting",
+            ));
+        }
         let (security, security_summary) = security::security(kafka.tls, kafka.sasl)?;
         let max_in_flight = kafka.max_in_flight_requests.unwrap_or(5);
         if !(1..=64).contains(&max_in_flight) {
@@ -692,6 +718,7 @@ impl Config {
                 client_id,
                 acks,
                 idempotence,
+                broker_version,
                 replication_timeout: Duration::from_millis(replication_timeout_ms),
                 connect_timeout: Duration::from_millis(positive(
                     "kafka.connect_timeout_ms",
@@ -936,6 +963,21 @@ mod tests {
         assert_eq!(c.msg_buffer_max, 64 << 20);
         assert_eq!(c.status.addr.to_string(), "127.0.0.1:9090");
         assert_eq!(c.kafka.brokers[0].port, 9092);
+    }
+
+    #[test]
+    fn broker_version_is_parsed_and_bad_values_named() {
+        let load = |toml: &str| {
+            let raw = parse_toml(Path::new("x.toml"), toml).expect("parses");
+            Config::from_parts(raw, true, &flags())
+        };
+        assert_eq!(load("").expect("valid").kafka.broker_version, None);
+        let c = load("[kafka]\nbroker_version = \"0.9.0.1\"\n").expect("valid");
+        assert_eq!(c.kafka.broker_version, Some(BrokerVersion::V0_9));
+        for bad in ["\"0.11\"", "\"nine\""] {
+            let e = load(&format!("[kafka]\nbroker_version = {bad}\n")).unwrap_err();
+            assert!(e.to_string().contains("kafka.broker_version"), "{e}");
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct DispatcherConfig {
     pub policies: Policies,
     /// TLS and SASL for the connection.
     pub security: Security,
+    /// What to take a broker for that closes the connection on ApiVersions.
+    pub broker_version: Option<crate::kafka::api_versions::BrokerVersion>,
 }
 
 impl DispatcherConfig {
@@ -75,6 +77,7 @@ impl DispatcherConfig {
             reconnect_backoff_max: c.delivery.retry_backoff_max,
             policies: c.policies.clone(),
             security: c.kafka.security.clone(),
+            broker_version: c.kafka.broker_version,
         }
     }
 }

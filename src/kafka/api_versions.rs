@@ -6,7 +6,7 @@
 use super::errors::UNSUPPORTED_VERSION;
 use super::frame::{begin_request, read_response_header};
 use super::primitives::{put_compact_string, put_empty_tagged_fields, DecodeError, Reader};
-use super::{API_KEY_API_VERSIONS, API_VERSIONS_VERSIONS};
+use super::{API_KEY_API_VERSIONS, API_KEY_METADATA, API_KEY_PRODUCE, API_VERSIONS_VERSIONS};
 
 const API: &str = "api_versions";
 
@@ -33,6 +33,67 @@ impl ApiVersionsResponse {
     /// The broker's range for `api_key`, if it lists that API.
     pub fn get(&self, api_key: i16) -> Option<&ApiVersionRange> {
         self.api_keys.iter().find(|r| r.api_key == api_key)
+    }
+}
+
+/// What a broker that does not answer ApiVersions is taken to be (`kafka.broker_version`):
+/// brokers before Kafka 0.10 close the connection on it. Named like librdkafka's
+/// `broker.version.fallback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BrokerVersion {
+    /// Kafka 0.8 (0.8.2 for lz4): Produce v0, Metadata v0.
+    V0_8,
+    /// Kafka 0.9: Produce v1 (throttle time), Metadata v0.
+    V0_9,
+    /// Kafka 0.10 (which does answer ApiVersions): Produce v2, Metadata v1.
+    V0_10,
+}
+
+impl BrokerVersion {
+    /// "0.8", "0.9" or "0.10", optionally with further components ("0.9.0.1").
+    pub fn parse(s: &str) -> Option<BrokerVersion> {
+        let mut parts = s.split('.');
+        let (major, minor) = (parts.next()?, parts.next()?);
+        if major != "0" || !parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+            return None;
+        }
+        match minor {
+            "8" => Some(BrokerVersion::V0_8),
+            "9" => Some(BrokerVersion::V0_9),
+            "10" => Some(BrokerVersion::V0_10),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerVersion::V0_8 => "0.8",
+            BrokerVersion::V0_9 => "0.9",
+            BrokerVersion::V0_10 => "0.10",
+        }
+    }
+
+    /// The API versions such a broker speaks, as ApiVersions would list them: Produce and
+    /// Metadata only (no InitProducerId, no SASL).
+    pub fn api_versions(self) -> ApiVersionsResponse {
+        let (produce, metadata) = match self {
+            BrokerVersion::V0_8 => (0, 0),
+            BrokerVersion::V0_9 => (1, 0),
+            BrokerVersion::V0_10 => (2, 1),
+        };
+        let range = |api_key, max_version| ApiVersionRange {
+            api_key,
+            min_version: 0,
+            max_version,
+        };
+        ApiVersionsResponse {
+            correlation_id: 0,
+            error_code: 0,
+            api_keys: vec![
+                range(API_KEY_PRODUCE, produce),
+                range(API_KEY_METADATA, metadata),
+            ],
+        }
     }
 }
 
@@ -129,6 +190,41 @@ fn decode_body(
         r.finish_lenient();
     }
     Ok((error_code, api_keys))
+}
+
+#[cfg(test)]
+mod broker_version_tests {
+    use super::*;
+    use crate::kafka::{negotiate, negotiate_produce, METADATA_VERSIONS};
+
+    #[test]
+    fn versions_parse_and_map_to_what_those_brokers_speak() {
+        for (s, want, produce, metadata) in [
+            ("0.8", BrokerVersion::V0_8, 0, 0),
+            ("0.8.2.2", BrokerVersion::V0_8, 0, 0),
+            ("0.9", BrokerVersion::V0_9, 1, 0),
+            ("0.9.0.1", BrokerVersion::V0_9, 1, 0),
+            ("0.10", BrokerVersion::V0_10, 2, 1),
+            ("0.10.2", BrokerVersion::V0_10, 2, 1),
+        ] {
+            let v = BrokerVersion::parse(s).unwrap_or_else(|| panic!("{s}"));
+            assert_eq!(v, want);
+            let a = v.api_versions();
+            assert_eq!(
+                negotiate_produce(a.get(API_KEY_PRODUCE)),
+                Some(produce),
+                "{s}"
+            );
+            assert_eq!(
+                negotiate(METADATA_VERSIONS, a.get(API_KEY_METADATA)),
+                Some(metadata)
+            );
+            assert_eq!(a.get(22), None, "no InitProducerId");
+        }
+        for bad in ["", "0", "1.0", "0.11", "0.7", "0.9.", "0.9.x", "2.8"] {
+            assert_eq!(BrokerVersion::parse(bad), None, "{bad:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 use thiserror::Error;
 
-use super::api_versions::{self, ApiVersionsResponse};
+use super::api_versions::{self, ApiVersionsResponse, BrokerVersion};
 use super::errors::{error_name, NONE, UNSUPPORTED_VERSION};
 use super::frame::{peek_correlation_id, request_correlation_id};
 use super::primitives::DecodeError;
@@ -127,6 +127,20 @@ pub struct Negotiated {
     pub produce: Option<i16>,
     pub metadata: Option<i16>,
     pub api_versions: ApiVersionsResponse,
+    /// The broker closed the connection on ApiVersions and is taken to be this version
+    /// (`kafka.broker_version`); `api_versions` is that version's table.
+    pub assumed: Option<BrokerVersion>,
+}
+
+impl Negotiated {
+    fn from_table(api_versions: ApiVersionsResponse, assumed: Option<BrokerVersion>) -> Self {
+        Negotiated {
+            produce: super::negotiate_produce(api_versions.get(API_KEY_PRODUCE)),
+            metadata: negotiate(METADATA_VERSIONS, api_versions.get(API_KEY_METADATA)),
+            api_versions,
+            assumed,
+        }
+    }
 }
 
 /// A blocking connection to one broker.
@@ -267,11 +281,29 @@ impl Connection {
             });
         self.set_timeouts(saved.0, saved.1)?;
         let api_versions = result.map_err(ConnError::from_tls_io)?;
-        Ok(Negotiated {
-            produce: super::negotiate_produce(api_versions.get(API_KEY_PRODUCE)),
-            metadata: negotiate(METADATA_VERSIONS, api_versions.get(API_KEY_METADATA)),
-            api_versions,
-        })
+        Ok(Negotiated::from_table(api_versions, None))
+    }
+
+    /// [`Connection::handshake`]; but if the broker closes the connection on ApiVersions,
+    /// as brokers before Kafka 0.10 do, and `fallback` says what broker to take it for,
+    /// a new connection from `reconnect` speaking that version's table (no ApiVersions,
+    /// no SASL: those brokers have neither).
+    pub fn handshake_or_assume(
+        mut self,
+        client_id: Option<&str>,
+        timeout: Duration,
+        fallback: Option<BrokerVersion>,
+        reconnect: impl FnOnce() -> Result<Connection, ConnError>,
+    ) -> Result<(Connection, Negotiated), ConnError> {
+        match self.handshake(client_id, timeout) {
+            Ok(n) => Ok((self, n)),
+            Err(ConnError::Io(e)) if fallback.is_some() && closed_by_peer(&e) => {
+                let v = fallback.expect("checked");
+                let conn = reconnect()?;
+                Ok((conn, Negotiated::from_table(v.api_versions(), Some(v))))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// SaslHandshake v1, then SaslAuthenticate: one round for PLAIN, two for SCRAM (whose
@@ -400,6 +432,18 @@ impl Connection {
             code: UNSUPPORTED_VERSION,
         })
     }
+}
+
+/// Whether `e` is the peer ending the connection (what a broker before Kafka 0.10 does on
+/// ApiVersions), as opposed to a timeout or a local failure.
+fn closed_by_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }
 
 /// The ApiVersions version to retry with after UNSUPPORTED_VERSION: the highest the broker

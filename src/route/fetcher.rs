@@ -35,6 +35,7 @@ pub struct Fetcher {
     connect_timeout: Duration,
     socket_timeout: Duration,
     security: Security,
+    broker_version: Option<crate::kafka::api_versions::BrokerVersion>,
     metrics: &'static Metrics,
     /// When each refusing broker (TLS, SASL) was last logged: once per interval each.
     refusals_logged: HashMap<String, Instant>,
@@ -52,6 +53,7 @@ impl Fetcher {
             connect_timeout: cfg.kafka.connect_timeout,
             socket_timeout: cfg.kafka.socket_timeout,
             security: cfg.kafka.security.clone(),
+            broker_version: cfg.kafka.broker_version,
             metrics,
             refusals_logged: HashMap::new(),
             rng: Rng::from_entropy(),
@@ -243,10 +245,23 @@ impl Fetcher {
                     self.metrics.inc(Counter::ConnectFailOnTryGetMetadata);
                 }
             })
-            .and_then(|mut conn| {
+            .and_then(|conn| {
                 conn.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
-                let neg = conn.handshake(self.client_id.as_deref(), self.socket_timeout)?;
-                Ok((conn, neg))
+                conn.handshake_or_assume(
+                    self.client_id.as_deref(),
+                    self.socket_timeout,
+                    self.broker_version,
+                    || {
+                        let c = Connection::connect(
+                            &b.host,
+                            b.port,
+                            self.connect_timeout,
+                            &self.security,
+                        )?;
+                        c.set_timeouts(Some(self.socket_timeout), Some(self.socket_timeout))?;
+                        Ok(c)
+                    },
+                )
             });
         match &result {
             Ok(_) => refusal::passed(self.metrics, &addr),

@@ -200,7 +200,7 @@ impl Sender_ {
 
     fn connect(&mut self) -> Result<(Connection, i16), ConnError> {
         self.metrics.inc(Counter::ConnectorStartConnect);
-        let mut conn = Connection::connect(
+        let conn = Connection::connect(
             &self.host,
             self.port,
             self.cfg.connect_timeout,
@@ -213,7 +213,21 @@ impl Sender_ {
         })?;
         self.metrics.inc(Counter::ConnectorConnectSuccess);
         conn.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
-        let neg = conn.handshake(self.cfg.client_id.as_deref(), self.cfg.socket_timeout)?;
+        let (conn, neg) = conn.handshake_or_assume(
+            self.cfg.client_id.as_deref(),
+            self.cfg.socket_timeout,
+            self.cfg.broker_version,
+            || {
+                let c = Connection::connect(
+                    &self.host,
+                    self.port,
+                    self.cfg.connect_timeout,
+                    &self.cfg.security,
+                )?;
+                c.set_timeouts(Some(self.cfg.socket_timeout), Some(self.cfg.socket_timeout))?;
+                Ok(c)
+            },
+        )?;
         refusal::passed(self.metrics, &format!("{}:{}", self.host, self.port));
         let version =
             crate::kafka::negotiate_produce(neg.api_versions.get(crate::kafka::API_KEY_PRODUCE))
@@ -225,8 +239,15 @@ impl Sender_ {
                 })?;
         if let Some(magic) = Magic::for_produce_version(version) {
             if !self.legacy_logged.swap(true, Ordering::Relaxed) {
+                let why = match neg.assumed {
+                    Some(v) => format!(
+                        "closed the connection on ApiVersions; taken for Kafka {} (kafka.broker_version)",
+                        v.name()
+                    ),
+                    None => "offers Produce v2 at most (Kafka 0.10)".to_string(),
+                };
                 log::warn!(
-                    "broker {}: speaks Produce v{version} at most (Kafka 0.10): sending MessageSet v{} (no idempotence, no zstd)",
+                    "broker {}: {why}: speaking Produce v{version} with MessageSet v{} (no idempotence, no zstd)",
                     self.id,
                     magic.byte()
                 );
