@@ -28,6 +28,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 const COUNT: usize = 20;
 const TOPIC: &str = "old";
 
+/// `batching.message_max_bytes` of the dory-side tests: small, so that batches fill to it
+/// and a MessageSet v1 (34 bytes an entry, where the router counts 26) would pass it if the
+/// dispatcher did not re-count.
+const MESSAGE_MAX_BYTES: usize = 2_000;
+
 /// One captured partition's records: (Produce version, message set bytes).
 struct Captured {
     version: i16,
@@ -250,7 +255,7 @@ fn dory_against_old_broker(
     let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
     let setting = broker_version.map_or(String::new(), |v| format!("broker_version = \"{v}\"\n"));
     args.config_toml = Some(format!(
-        "[kafka]\n{setting}[compression]\ndefault = \"{codec}\"\n[delivery]\nmax_failed_delivery_attempts = 1\nretry_backoff_ms = 20\nretry_backoff_max_ms = 100\n"
+        "[kafka]\n{setting}[batching]\nmessage_max_bytes = {MESSAGE_MAX_BYTES}\n[compression]\ndefault = \"{codec}\"\n[delivery]\nmax_failed_delivery_attempts = 1\nretry_backoff_ms = 20\nretry_backoff_max_ms = 100\n"
     ));
     let mut dory = Dory::start(args);
     dory.wait_ready();
@@ -297,9 +302,17 @@ fn dory_against_old_broker(
         _ => None,
     };
     let mut seen = std::collections::BTreeMap::new();
+    let mut largest_set = 0;
     for frame in proxy.produce_requests() {
         for c in produce_sets(&frame) {
             assert_eq!(c.version, produce_version, "Produce v{}", c.version);
+            // The limit holds for the encoded set, whatever its format's entry overhead.
+            assert!(
+                c.set.len() <= MESSAGE_MAX_BYTES,
+                "{codec}: a set of {} bytes > message_max_bytes = {MESSAGE_MAX_BYTES}",
+                c.set.len()
+            );
+            largest_set = largest_set.max(c.set.len());
             let got = decode_message_set(&c.set, 1 << 20)
                 .unwrap_or_else(|e| panic!("dory's own set does not decode: {e:?}"));
             for g in got {
@@ -330,11 +343,34 @@ fn dory_against_old_broker(
             "no set went compressed"
         );
     }
+    // The status pages name the protocol spoken to the broker.
+    let (code, body) = dory.http_get("/status.json");
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status.json");
+    let brokers = status["brokers"].as_array().expect("brokers");
+    let format = format!("MessageSet v{}", magic.byte());
+    let found_by = broker_version.map_or("ApiVersions".to_string(), |v| {
+        format!("kafka.broker_version = {v}")
+    });
+    assert!(!brokers.is_empty(), "{body}");
+    for b in brokers {
+        assert_eq!(b["produce_version"], i64::from(produce_version), "{body}");
+        assert_eq!(b["message_format"], format.as_str(), "{body}");
+        assert_eq!(b["found_by"], found_by.as_str(), "{body}");
+    }
+    let metrics = dory.metrics().text;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("dory_broker_message_format{")
+                && l.ends_with(&format!(" {}", magic.byte()))),
+        "{metrics}"
+    );
     assert_eq!(dory.terminate(Duration::from_secs(10)).code(), Some(0));
     let logs = dory.logs();
     assert!(logs.contains(log_line), "log lacks {log_line:?}:\n{logs}");
     println!(
-        "OLD BROKERS dory → {} ({codec}): {} of {} messages in Produce v{produce_version} / magic {} requests; Tansu's answer: delivered {}, discarded {:?}",
+        "OLD BROKERS dory → {} ({codec}): {} of {} messages in Produce v{produce_version} / magic {} requests, largest set {largest_set} of {MESSAGE_MAX_BYTES} bytes; Tansu's answer: delivered {}, discarded {:?}",
         broker_version.unwrap_or("0.10"),
         seen.len(),
         msgs.len(),

@@ -185,7 +185,6 @@ pub fn spawn(
         scratch: Vec::new(),
         part_index: FastMap::default(),
         zstd_warned: AtomicBool::new(false),
-        legacy_logged: AtomicBool::new(false),
         heartbeat: metrics
             .liveness()
             .register(format!("dispatcher-{id}"), quiet_max),

@@ -23,7 +23,7 @@ use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::{PRODUCE_LEGACY_VERSIONS, PRODUCE_VERSIONS};
 use crate::pipeline::{Batch, Outcome, ReturnReason, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
 use crate::report::liveness::{Heartbeat, TICK as HEARTBEAT_TICK};
-use crate::report::metrics::{Counter, Metrics, QueueState, TopicId};
+use crate::report::metrics::{BrokerProtocol, Counter, Metrics, QueueState, TopicId};
 use crate::report::msg_debug::DebugFile;
 
 /// While encoding a record, how many records ahead to prefetch payload bytes.
@@ -60,7 +60,6 @@ pub(super) struct Sender_ {
     pub(super) part_index: FastMap<(TopicId, i32), usize>,
     pub(super) zstd_warned: AtomicBool,
     /// Whether speaking an old Produce version (Kafka 0.10) to this broker was logged.
-    pub(super) legacy_logged: AtomicBool,
     pub(super) heartbeat: Heartbeat,
 }
 
@@ -233,24 +232,41 @@ impl Sender_ {
             crate::kafka::negotiate_produce(neg.api_versions.get(crate::kafka::API_KEY_PRODUCE))
                 .ok_or_else(|| {
                     ConnError::Io(std::io::Error::other(format!(
-                "broker supports no Produce version in {}..={} (Kafka 0.10 or later is required)",
+                "broker supports no Produce version in {}..={} (Kafka 0.8 or later is required)",
                 PRODUCE_LEGACY_VERSIONS.min, PRODUCE_VERSIONS.max
             )))
                 })?;
-        if let Some(magic) = Magic::for_produce_version(version) {
-            if !self.legacy_logged.swap(true, Ordering::Relaxed) {
-                let why = match neg.assumed {
-                    Some(v) => format!(
-                        "closed the connection on ApiVersions; taken for Kafka {} (kafka.broker_version)",
-                        v.name()
-                    ),
-                    None => "offers Produce v2 at most (Kafka 0.10)".to_string(),
-                };
-                log::warn!(
-                    "broker {}: {why}: speaking Produce v{version} with MessageSet v{} (no idempotence, no zstd)",
+        let magic = Magic::for_produce_version(version).map_or(2, Magic::byte);
+        let protocol = BrokerProtocol {
+            address: format!("{}:{}", self.host, self.port),
+            produce_version: version,
+            magic,
+            assumed: neg.assumed.map(|v| v.name()),
+        };
+        // Said once per broker, and again only if it changes (an upgrade under the same id).
+        if self
+            .metrics
+            .broker_protocols()
+            .set(self.id, protocol.clone())
+        {
+            let format = protocol.format_name();
+            match neg.assumed {
+                Some(v) => log::warn!(
+                    "broker {} ({}): closed the connection on ApiVersions; taken for Kafka {} (kafka.broker_version): speaking Produce v{version} with {format} (no idempotence, no zstd)",
                     self.id,
-                    magic.byte()
-                );
+                    protocol.address,
+                    v.name()
+                ),
+                None if magic < 2 => log::warn!(
+                    "broker {} ({}): offers Produce v2 at most (Kafka 0.10): speaking Produce v{version} with {format} (no idempotence, no zstd)",
+                    self.id,
+                    protocol.address
+                ),
+                None => log::info!(
+                    "broker {} ({}): speaking Produce v{version} with {format}",
+                    self.id,
+                    protocol.address
+                ),
             }
         }
         Ok((conn, version))
@@ -322,7 +338,7 @@ impl Sender_ {
                 self.carry.push_front(first);
                 break SessionEnd::Lost;
             }
-            let parts = self.gather(first);
+            let parts = self.gather(first, version);
             self.correlation_id = self.correlation_id.wrapping_add(1);
             self.encode(&parts, version);
             if let Err(e) = conn.send(&self.buf) {
@@ -375,7 +391,7 @@ impl Sender_ {
     }
 
     /// Takes more queued batches after `first` while they fit in one request.
-    fn gather(&mut self, first: Batch) -> Vec<Part> {
+    fn gather(&mut self, first: Batch, version: i16) -> Vec<Part> {
         let mut parts: Vec<Part> = Vec::new();
         // Sealed batches of partitions already in this request, in queue order: a later
         // request takes them (at most four per partition: the router keeps at most five
@@ -383,9 +399,25 @@ impl Sender_ {
         let mut deferred: Vec<Batch> = Vec::new();
         let mut data = 0usize;
         let mut next = Some(first);
-        while let Some(b) = next.take() {
+        let overhead = entry_overhead(version);
+        while let Some(mut b) = next.take() {
+            if overhead > KAFKA_MSG_OVERHEAD {
+                // MessageSet v1 entries are longer than the router sized them (Dory's 26
+                // bytes, MessageSet v0's): keep a partition's set within message_max_bytes,
+                // the rest going in the next request (never sealed: no idempotence here).
+                let keep = fitting_prefix(
+                    b.msgs.iter().map(|m| m.payload.len()),
+                    overhead,
+                    self.cfg.message_max_bytes,
+                );
+                if keep < b.msgs.len() {
+                    let rest = b.msgs.split_off(keep);
+                    self.carry
+                        .push_front(Batch::new(b.topic, b.partition, rest));
+                }
+            }
             let bytes = b.payload_bytes();
-            let kafka = b.msgs.len() * KAFKA_MSG_OVERHEAD + bytes;
+            let kafka = b.msgs.len() * overhead + bytes;
             if !parts.is_empty() && data + bytes > self.cfg.request_data_limit {
                 self.carry.push_front(b);
                 break;
@@ -580,5 +612,61 @@ impl Sender_ {
                 );
             }
         }
+    }
+}
+
+/// Bytes each message adds to a partition's record set besides its key and value, as
+/// counted against `message_max_bytes`: Dory's 26 (exact for MessageSet v0, more than a
+/// RecordBatch record takes), or MessageSet v1's 34 (v0's plus the timestamp).
+fn entry_overhead(produce_version: i16) -> usize {
+    Magic::for_produce_version(produce_version).map_or(KAFKA_MSG_OVERHEAD, |m| {
+        m.entry_overhead().max(KAFKA_MSG_OVERHEAD)
+    })
+}
+
+/// How many of the leading messages (key + value sizes `sizes`) fit in one record set of
+/// at most `limit` bytes at `overhead` bytes each plus the set's own header; at least one
+/// (a message too large alone is the broker's to refuse, and counted then).
+fn fitting_prefix(sizes: impl Iterator<Item = usize>, overhead: usize, limit: usize) -> usize {
+    let mut total = RECORD_BATCH_OVERHEAD;
+    let mut n = 0;
+    for size in sizes {
+        total += overhead + size;
+        if total > limit && n > 0 {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_overhead_by_produce_version() {
+        assert_eq!(entry_overhead(0), 26);
+        assert_eq!(entry_overhead(1), 26);
+        assert_eq!(entry_overhead(2), 34);
+        for v in 3..=8 {
+            assert_eq!(entry_overhead(v), KAFKA_MSG_OVERHEAD);
+        }
+    }
+
+    #[test]
+    fn fitting_prefix_keeps_the_set_within_the_limit() {
+        // 61 + 3 × (34 + 100) = 463.
+        let sizes = [100usize; 10];
+        assert_eq!(fitting_prefix(sizes.iter().copied(), 34, 463), 3);
+        assert_eq!(fitting_prefix(sizes.iter().copied(), 34, 462), 2);
+        assert_eq!(fitting_prefix(sizes.iter().copied(), 34, 10_000), 10);
+        // The first message goes even when too large alone.
+        assert_eq!(fitting_prefix([5_000usize, 1].into_iter(), 34, 1_000), 1);
+        assert_eq!(fitting_prefix(std::iter::empty(), 34, 1_000), 0);
+        // A batch the router sized at 26 bytes a message, re-counted at 34: split.
+        let limit = RECORD_BATCH_OVERHEAD + 10 * (26 + 100);
+        assert_eq!(fitting_prefix(sizes.iter().copied(), 26, limit), 10);
+        assert!(fitting_prefix(sizes.iter().copied(), 34, limit) < 10);
     }
 }

@@ -10,6 +10,7 @@
 //! lock-free per-topic slots in `topic_table.rs`, the discard-report periods in
 //! `discard_reports.rs`, and the commit point and latency hooks in `tracking.rs`.
 
+mod brokers;
 mod counters;
 mod discard_reports;
 mod spool_stats;
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use brokers::{BrokerProtocol, BrokerTable};
 pub use counters::{Counter, DiscardReason};
 use discard_reports::{add_range, Periods};
 pub use discard_reports::{DiscardReport, DiscardReports, TopicRange, LRU_CAPACITY};
@@ -186,6 +188,8 @@ pub struct Metrics {
     /// neighbour for the systemd status line).
     brokers_known: AtomicU64,
     brokers_up: AtomicU64,
+    /// The protocol each broker was last found to speak.
+    broker_protocols: BrokerTable,
     /// Every role thread's heartbeat, for the watchdog.
     liveness: crate::report::liveness::Liveness,
     /// The durable spool's values.
@@ -229,6 +233,7 @@ impl Metrics {
             tracking: crate::report::commit_points::Tracking::new(config.commit_points),
             brokers_known: AtomicU64::new(0),
             brokers_up: AtomicU64::new(0),
+            broker_protocols: BrokerTable::default(),
             liveness: crate::report::liveness::Liveness::new(),
             spool: SpoolStats::default(),
             security: Mutex::new(SecurityState::default()),
@@ -236,6 +241,11 @@ impl Metrics {
     }
 
     // ----- threads and brokers -----
+
+    /// What each broker speaks (set by its dispatcher on connecting; the status pages).
+    pub fn broker_protocols(&self) -> &BrokerTable {
+        &self.broker_protocols
+    }
 
     /// The role threads' heartbeats.
     pub fn liveness(&self) -> &crate::report::liveness::Liveness {

@@ -271,7 +271,7 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
 mod tests {
     use super::*;
     use crate::report::metrics::{
-        DiscardReason, Health, MetricsConfig, QueueState, SpoolStats, NO_TOPIC,
+        BrokerProtocol, DiscardReason, Health, MetricsConfig, QueueState, SpoolStats, NO_TOPIC,
     };
     use std::io::{Read, Write};
     use std::net::TcpStream;
@@ -441,6 +441,56 @@ mod tests {
         assert!(r.body.contains("fetch(\"/status.json\""), "{}", r.body);
         // Neither counts as a query of the discard reports.
         assert_eq!(m.get(Counter::MongooseGetDiscardsRequest), 0);
+    }
+
+    #[test]
+    fn each_brokers_protocol_on_every_page() {
+        let m = populated();
+        let (c, _rx) = control();
+        let now = m.start_secs() * 1000;
+        let page = handle(&m, &c, "GET", "/", now).body;
+        assert!(!page.contains("id=\"brokers\""), "no broker yet, no table");
+        let json = |m: &Metrics| -> serde_json::Value {
+            serde_json::from_str(&handle(m, &c, "GET", "/status.json", now).body).expect("JSON")
+        };
+        assert_eq!(json(&m)["brokers"], serde_json::json!([]));
+        for (id, version, magic, assumed) in [(2, 1, 0, Some("0.9")), (1, 8, 2, None)] {
+            m.broker_protocols().set(
+                id,
+                BrokerProtocol {
+                    address: format!("b{id}:9092"),
+                    produce_version: version,
+                    magic,
+                    assumed,
+                },
+            );
+        }
+        assert_eq!(
+            json(&m)["brokers"],
+            serde_json::json!([
+                {"id": 1, "address": "b1:9092", "produce_version": 8,
+                 "message_format": "RecordBatch v2", "found_by": "ApiVersions"},
+                {"id": 2, "address": "b2:9092", "produce_version": 1,
+                 "message_format": "MessageSet v0", "found_by": "kafka.broker_version = 0.9"},
+            ])
+        );
+        let page = handle(&m, &c, "GET", "/", now).body;
+        assert!(
+            page.contains("<tr data-broker=\"2\"><td>2</td><td>b2:9092</td><td class=\"n\">1</td><td>MessageSet v0</td><td>kafka.broker_version = 0.9</td></tr>"),
+            "{page}"
+        );
+        let metrics = handle(&m, &c, "GET", "/metrics", now).body;
+        for line in [
+            "dory_broker_produce_version{broker=\"1\"} 8",
+            "dory_broker_produce_version{broker=\"2\"} 1",
+            "dory_broker_message_format{broker=\"1\"} 2",
+            "dory_broker_message_format{broker=\"2\"} 0",
+        ] {
+            assert!(
+                metrics.lines().any(|l| l == line),
+                "{line} not in\n{metrics}"
+            );
+        }
     }
 
     #[test]

@@ -74,6 +74,19 @@ struct Snapshot {
     discard_report: ReportJson,
     /// `null` with `commit_points.enable = false`.
     commit_points: Option<CommitPointsJson>,
+    /// Every broker connected so far and the protocol dory speaks to it, in id order.
+    brokers: Vec<BrokerJson>,
+}
+
+#[derive(Serialize)]
+struct BrokerJson {
+    id: i32,
+    address: String,
+    produce_version: i16,
+    /// `"RecordBatch v2"`, `"MessageSet v1"` (Kafka 0.10) or `"MessageSet v0"` (0.8–0.9).
+    message_format: &'static str,
+    /// `"ApiVersions"`, or `"kafka.broker_version = 0.9"` when the broker did not answer it.
+    found_by: String,
 }
 
 #[derive(Serialize, Default)]
@@ -241,6 +254,18 @@ fn snapshot(m: &Metrics, now_ms: u64) -> Snapshot {
             .commit_points(Instant::now())
             .as_ref()
             .map(commit_points_json),
+        brokers: m
+            .broker_protocols()
+            .snapshot()
+            .into_iter()
+            .map(|(id, p)| BrokerJson {
+                id,
+                message_format: p.format_name(),
+                found_by: p.found_by(),
+                produce_version: p.produce_version,
+                address: p.address,
+            })
+            .collect(),
     }
 }
 
@@ -397,6 +422,28 @@ pub(super) fn page_html(m: &Metrics, now_ms: u64) -> String {
         cell(&mut o, "unresolved", p.unresolved);
         cell(&mut o, "oldest_unacked_ms", p.oldest_unacked_ms);
         o.push_str("<td></td></tr>\n</tbody>\n</table>\n");
+    }
+
+    // Brokers and the protocol spoken to each.
+    if !s.brokers.is_empty() {
+        o.push_str(
+            "<h2>Brokers</h2>\n<table id=\"brokers\">\n<thead><tr><th>id</th><th>address</th>\
+             <th>Produce version</th><th>message format</th><th>found by</th></tr></thead>\n\
+             <tbody>\n",
+        );
+        for b in &s.brokers {
+            let _ = writeln!(
+                o,
+                "<tr data-broker=\"{}\"><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+                b.id,
+                b.id,
+                esc(&b.address),
+                b.produce_version,
+                b.message_format,
+                esc(&b.found_by)
+            );
+        }
+        o.push_str("</tbody>\n</table>\n");
     }
 
     // The former index: Dory's endpoints.

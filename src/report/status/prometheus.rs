@@ -161,6 +161,34 @@ pub(super) fn prometheus(m: &Metrics) -> String {
         let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", m.get(c));
     }
 
+    let brokers = m.broker_protocols().snapshot();
+    family(
+        &mut out,
+        "dory_broker_produce_version",
+        "gauge",
+        "The Produce version dory speaks to each broker it connected to.",
+    );
+    for (id, p) in &brokers {
+        let _ = writeln!(
+            out,
+            "dory_broker_produce_version{{broker=\"{id}\"}} {}",
+            p.produce_version
+        );
+    }
+    family(
+        &mut out,
+        "dory_broker_message_format",
+        "gauge",
+        "The record format version (magic) dory sends to each broker: 0, 1 (MessageSet, Kafka 0.8-0.10) or 2 (RecordBatch).",
+    );
+    for (id, p) in &brokers {
+        let _ = writeln!(
+            out,
+            "dory_broker_message_format{{broker=\"{id}\"}} {}",
+            p.magic
+        );
+    }
+
     let (capacity, used) = m.pool();
     family(&mut out, "dory_pool_bytes", "gauge", "Message pool bytes.");
     let _ = writeln!(out, "dory_pool_bytes{{state=\"used\"}} {used}");
