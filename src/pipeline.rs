@@ -208,6 +208,9 @@ pub enum Outcome {
     /// Sealed batches acknowledged (delivered, or recognised as duplicates): each
     /// partition's identity and record count, so the router can move its window.
     Acked { acks: Vec<(PartKey, Seq, usize)> },
+    /// `broker` speaks a Produce version without producer ids (Kafka 0.8–0.10): the
+    /// cluster cannot keep idempotence's promise, so the router turns it off (once).
+    NoProducerIds { broker: i32, why: String },
 }
 
 /// Router → metadata fetcher.

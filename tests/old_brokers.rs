@@ -239,6 +239,7 @@ fn dory_against_old_broker(
     produce_version: i16,
     magic: Magic,
     log_line: &str,
+    grants_producer_ids: bool,
 ) {
     let proxy_port = free_port();
     let tansu = Tansu::start_advertising(proxy_port);
@@ -250,7 +251,9 @@ fn dory_against_old_broker(
         proxy.refuse_api_versions();
     } else {
         proxy.cap_api_version(0, 2); // Produce
-        proxy.cap_api_version(22, -1); // InitProducerId: not offered
+        if !grants_producer_ids {
+            proxy.cap_api_version(22, -1); // InitProducerId: not offered
+        }
     }
     let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
     let setting = broker_version.map_or(String::new(), |v| format!("broker_version = \"{v}\"\n"));
@@ -294,6 +297,12 @@ fn dory_against_old_broker(
         counters.get("IdempotenceFallback"),
         Some(&1),
         "{counters:?}"
+    );
+    assert!(
+        m.text
+            .contains("dory_idempotence_enabled{state=\"unsupported\"} 0"),
+        "{}",
+        m.text
     );
     let want_wrapper = match codec {
         "gzip" => Some(Codec::Gzip),
@@ -383,8 +392,30 @@ fn dory_against_old_broker(
 #[test]
 fn dory_speaks_produce_v2_with_message_set_v1_to_a_0_10_broker() {
     for codec in ["none", "lz4"] {
-        dory_against_old_broker(codec, None, 2, Magic::V1, "offers Produce v2 at most");
+        dory_against_old_broker(
+            codec,
+            None,
+            2,
+            Magic::V1,
+            "offers Produce v2 at most",
+            false,
+        );
     }
+}
+
+/// A cluster in a rolling upgrade: InitProducerId is answered (here by the same broker), but
+/// the partition leader speaks Produce v2, which carries no producer id. Idempotence must
+/// fall back for the cluster, counted once, rather than promise what the broker cannot keep.
+#[test]
+fn idempotence_falls_back_when_a_leader_speaks_no_producer_ids() {
+    dory_against_old_broker(
+        "none",
+        None,
+        2,
+        Magic::V1,
+        "which carries no producer id",
+        true,
+    );
 }
 
 #[test]
@@ -396,6 +427,7 @@ fn dory_speaks_produce_v1_with_message_set_v0_to_a_0_9_broker_by_its_setting() {
             1,
             Magic::V0,
             "taken for Kafka 0.9 (kafka.broker_version)",
+            false,
         );
     }
 }
@@ -408,5 +440,6 @@ fn dory_speaks_produce_v0_to_a_0_8_broker_by_its_setting() {
         0,
         Magic::V0,
         "taken for Kafka 0.8 (kafka.broker_version)",
+        false,
     );
 }

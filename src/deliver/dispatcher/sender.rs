@@ -243,6 +243,18 @@ impl Sender_ {
             magic,
             assumed: neg.assumed.map(|v| v.name()),
         };
+        if magic < 2 {
+            // Sealed batches already queued here go out without their identity; the router
+            // turns idempotence off for the whole cluster (a partition may move between
+            // this broker and a newer one), counted and logged once.
+            self.report(Outcome::NoProducerIds {
+                broker: self.id,
+                why: format!(
+                    "speaks Produce v{version} with {}, which carries no producer id",
+                    protocol.format_name()
+                ),
+            });
+        }
         // Said once per broker, and again only if it changes (an upgrade under the same id).
         if self
             .metrics

@@ -4,7 +4,8 @@
 use super::Router;
 use crate::config::policy::Partitioner;
 use crate::deliver::backoff::retry_delay;
-use crate::pipeline::{Batch, Msg, Outcome, ReturnReason};
+use crate::deliver::idempotence::Mode;
+use crate::pipeline::{Batch, Msg, Outcome, ProducerIdError, ReturnReason};
 use crate::report::metrics::{DiscardReason, QueueState};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,13 @@ impl Router {
                 } else {
                     self.unqueue_led_by(broker);
                     self.want_full_fetch(Instant::now());
+                }
+            }
+            Outcome::NoProducerIds { broker, why } => {
+                if self.seq.mode() != Mode::Off {
+                    self.on_producer_id(Err(ProducerIdError::Unsupported(format!(
+                        "broker {broker} {why}"
+                    ))));
                 }
             }
             Outcome::Acked { acks } => {

@@ -146,6 +146,9 @@ impl Router {
     pub(super) fn on_producer_id(&mut self, result: Result<(i64, i16), ProducerIdError>) {
         let metrics = self.metrics;
         match result {
+            // An answer to a request sent before idempotence fell back (a broker without
+            // producer ids joined): it stays off.
+            Ok(_) if self.seq.mode() == Mode::Off => {}
             Ok((id, epoch)) => {
                 self.id_backoff.reset();
                 self.id_retry_at = None;
