@@ -54,6 +54,7 @@ mod rdk;
 mod sender;
 mod sink;
 mod tansu;
+mod thread_usage;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
