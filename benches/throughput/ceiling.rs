@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::sender::{self, Load};
+use crate::thread_usage::{thread_cpu_s, thread_switches};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -45,22 +46,6 @@ pub struct CeilingRun {
 }
 
 const VLEN: usize = 64;
-
-/// Thread CPU time (user + system) of the calling thread, in seconds.
-pub fn thread_cpu_s() -> f64 {
-    // SAFETY: clock_gettime writes a timespec we own.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-/// Context switches of the calling thread so far: (voluntary, involuntary).
-pub fn thread_switches() -> (u64, u64) {
-    // SAFETY: getrusage writes an rusage we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64)
-}
 
 /// Binds `path`, receives `load.count` datagrams sent by [`sender::send`] in another
 /// thread, and times it. Fails if no datagram arrives for `stall`.

@@ -10,6 +10,8 @@ use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::thread_usage::{thread_cpu_s, thread_switches};
+
 /// What to send: `count` messages, message `i` to `topics[i % topics.len()]`, an empty key
 /// (sent to Kafka as a null key) and a `value_size`-byte value.
 #[derive(Clone, Debug)]
@@ -173,8 +175,8 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
 
     let mut seq = 0u64;
     let mut calls = 0u64;
-    let cpu0 = crate::ceiling::thread_cpu_s();
-    let switches0 = crate::ceiling::thread_switches();
+    let cpu0 = thread_cpu_s();
+    let switches0 = thread_switches();
     let start = Instant::now();
     while seq < load.count {
         let batch = k.min((load.count - seq) as usize);
@@ -232,9 +234,9 @@ pub fn send(path: &Path, load: &Load, stall: Duration) -> io::Result<Sent> {
         start,
         end,
         calls,
-        cpu_s: crate::ceiling::thread_cpu_s() - cpu0,
+        cpu_s: thread_cpu_s() - cpu0,
         switches: {
-            let s1 = crate::ceiling::thread_switches();
+            let s1 = thread_switches();
             (s1.0 - switches0.0, s1.1 - switches0.1)
         },
     })
