@@ -443,3 +443,64 @@ fn dory_speaks_produce_v0_to_a_0_8_broker_by_its_setting() {
         false,
     );
 }
+
+/// A 0.9 broker (it closes the connection on ApiVersions) with `kafka.broker_version`
+/// unset: dory cannot use it, and says so where an operator looks: `/health` stays 503,
+/// the log names the setting to add, every message received stays counted in flight (none
+/// lost or delivered), and it stops cleanly at its shutdown deadline.
+#[test]
+fn a_0_9_broker_without_the_setting_is_refused_with_a_hint() {
+    let proxy_port = free_port();
+    let tansu = Tansu::start_advertising(proxy_port);
+    let topic = "old_unset";
+    tansu.create_topic(topic, 1);
+    let listener = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy");
+    let proxy = FaultProxy::start(listener, tansu.port());
+    proxy.refuse_api_versions();
+    let mut args = DoryArgs::new([format!("127.0.0.1:{proxy_port}")]);
+    args.config_toml = Some("[delivery]\nshutdown_max_delay_ms = 1000\n".into());
+    let mut dory = Dory::start(args);
+    let hint = "kafka.broker_version";
+    let logs = poll_until(
+        "the log to name kafka.broker_version",
+        Duration::from_secs(30),
+        || {
+            let logs = dory.logs();
+            if logs.contains(hint) {
+                Ok(logs)
+            } else {
+                Err(logs)
+            }
+        },
+    );
+    assert!(
+        logs.contains("closed the connection on ApiVersions"),
+        "{logs}"
+    );
+    let (code, body) = dory.http_get("/health");
+    assert_eq!(code, 503, "{body}");
+    let msgs: Vec<TestMsg> = (0..20u32)
+        .map(|id| TestMsg {
+            id,
+            input: Input::Stream,
+            route: Route::AnyPartition,
+            topic: topic.to_string(),
+            ts: now_ms(),
+            key: Vec::new(),
+            value: format!("<{id:08}>").into_bytes(),
+        })
+        .collect();
+    dory.send_stream(&msgs);
+    dory.wait_received(&[(topic, msgs.len() as u64)], Duration::from_secs(30));
+    let m = dory.metrics();
+    assert!(m.invariant_violations().is_empty(), "{}", m.text);
+    assert_eq!(m.delivered(topic), 0, "{}", m.text);
+    assert_eq!(m.in_flight(topic), msgs.len() as u64, "{}", m.text);
+    assert!(proxy.produce_requests().is_empty(), "no Produce went out");
+    assert_eq!(dory.terminate(Duration::from_secs(30)).code(), Some(0));
+    println!(
+        "OLD BROKERS 0.9 without kafka.broker_version: /health {code} {:?}; {} messages held, none delivered",
+        body.trim(),
+        msgs.len()
+    );
+}

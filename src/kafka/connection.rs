@@ -302,6 +302,12 @@ impl Connection {
                 let conn = reconnect()?;
                 Ok((conn, Negotiated::from_table(v.api_versions(), Some(v))))
             }
+            Err(ConnError::Io(e)) if closed_by_peer(&e) => Err(ConnError::Io(io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: the broker closed the connection on ApiVersions, as Kafka 0.8 and 0.9 do; if it is one, set kafka.broker_version = \"0.9\" (or \"0.8\")"
+                ),
+            ))),
             Err(e) => Err(e),
         }
     }
