@@ -287,7 +287,11 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                     done.corrupt_bytes
                 );
             }
-            Some(spool.spawn_sync()?)
+            // A sync blocks on the disk: the watchdog allows the thread a long quiet time.
+            let heartbeat = metrics
+                .liveness()
+                .register("spool-sync", crate::spool::SYNC_QUIET_MAX);
+            Some(spool.spawn_sync(move || heartbeat.beat())?)
         }
         None => None,
     };

@@ -32,6 +32,7 @@ pub mod deliver;
 pub mod fasthash;
 pub mod input;
 pub mod kafka;
+pub mod latency;
 pub mod notify;
 pub mod pipeline;
 pub mod pool;

@@ -11,13 +11,67 @@
 //!   │                       (metadata, and producer ids for the idempotent producer)
 //!   └── supervisor: signals, Control::Shutdown to the router, stop flags to inputs
 //! ```
+//!
+//! Also the ids those types carry and every role shares: [`TopicId`], [`PartKey`], a
+//! sealed batch's [`Seq`], [`IdRequest`] and a message's [`SpoolRef`].
+//!
+//! Imports: the pool (a message's payload lease) and [`crate::kafka`] (the metadata an
+//! answer carries); no role, so every role may import it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::deliver::idempotence::{IdRequest, PartKey, Sealable, Seq};
 use crate::pool::Lease;
-use crate::report::metrics::TopicId;
+
+/// Index into the topic table. `NO_TOPIC` (0) stands for "" (no parsable topic).
+pub type TopicId = u32;
+
+/// The topic id of input that has no parsable topic (malformed, unsupported, unclean).
+pub const NO_TOPIC: TopicId = 0;
+
+/// A partition: (topic id, partition id).
+pub type PartKey = (TopicId, i32);
+
+/// A sealed batch's identity in the broker's eyes (idempotence, see
+/// [`crate::deliver::idempotence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seq {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base: i32,
+    /// It went out under this identity on a connection that was lost before the answer:
+    /// the broker may have written it.
+    pub uncertain: bool,
+}
+
+/// The producer identity to present when asking for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdRequest {
+    /// A new producer id (first start, fenced, or epoch exhausted).
+    Fresh,
+    /// Bump the epoch of this producer id (KIP-360, InitProducerId v3+).
+    Bump { producer_id: i64, epoch: i16 },
+}
+
+/// A message's hold on its spool segment (see [`crate::spool`]): while any exists, the
+/// segment is kept. Dropped with the message (acknowledged or discarded).
+#[derive(Debug)]
+pub struct SpoolRef(&'static AtomicU64);
+
+impl SpoolRef {
+    /// A hold counted in `slot` (the segment's count of unresolved messages), which the
+    /// caller has already incremented.
+    pub fn new(slot: &'static AtomicU64) -> SpoolRef {
+        SpoolRef(slot)
+    }
+}
+
+impl Drop for SpoolRef {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
 
 /// Messages an input hands over in one channel send (inputs batch what is already queued
 /// in the socket, so the per-message channel cost is amortised).
@@ -67,7 +121,7 @@ pub struct Msg {
     pub maybe_sent: bool,
     /// For a spooled topic: the message's hold on its spool segment, released when the
     /// message is dropped (acknowledged or discarded).
-    pub spool: Option<crate::spool::SpoolRef>,
+    pub spool: Option<SpoolRef>,
 }
 
 impl Msg {
@@ -156,21 +210,6 @@ impl Batch {
 
     pub fn payload_bytes(&self) -> usize {
         self.msgs.iter().map(|m| m.payload.len()).sum()
-    }
-}
-
-impl Sealable for Batch {
-    fn part(&self) -> PartKey {
-        (self.topic, self.partition)
-    }
-    fn records(&self) -> usize {
-        self.msgs.len()
-    }
-    fn seq(&self) -> Option<Seq> {
-        self.seq
-    }
-    fn set_seq(&mut self, seq: Option<Seq>) {
-        self.seq = seq;
     }
 }
 

@@ -1202,15 +1202,6 @@ mod tests {
     }
 
     #[test]
-    fn spool_record_overhead_bounds_the_format() {
-        // The config's bound holds the segment header, a record header, the fixed fields
-        // and the longest topic a client can send.
-        use crate::spool::format::{BODY_FIXED_LEN, HEADER_LEN, RECORD_HEADER_LEN};
-        let exact = HEADER_LEN + RECORD_HEADER_LEN + BODY_FIXED_LEN + i16::MAX as usize;
-        assert!(exact as u64 <= SPOOL_RECORD_OVERHEAD);
-    }
-
-    #[test]
     fn sasl_password_never_shows_and_settings_are_named() {
         let dir = tempfile::tempdir().expect("temp dir");
         let pw = dir.path().join("pw");

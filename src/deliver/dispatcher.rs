@@ -26,11 +26,10 @@ use crossbeam_channel::{bounded, Sender, TrySendError};
 
 use crate::config::policy::Policies;
 use crate::config::Config;
-use crate::deliver::idempotence::Seq;
 use crate::fasthash::FastMap;
 use crate::kafka::connection::{Connection, Security};
-use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, DISPATCH_CHANNEL_CAP};
-use crate::report::metrics::{Metrics, QueueState, TopicId};
+use crate::pipeline::{Batch, Msg, Outcome, ReturnReason, Seq, TopicId, DISPATCH_CHANNEL_CAP};
+use crate::report::metrics::{Metrics, QueueState};
 use crate::report::msg_debug::DebugFile;
 
 /// The dispatcher's slice of the configuration.

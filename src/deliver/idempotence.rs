@@ -27,6 +27,7 @@ use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
 use crate::fasthash::{FastMap, FoldHash};
+use crate::pipeline::{Batch, IdRequest, PartKey, Seq};
 
 /// Sealed batches per partition that may be unacknowledged at once: brokers keep the
 /// sequence metadata of the last five batches per producer and partition.
@@ -35,20 +36,6 @@ pub const MAX_IN_FLIGHT_PER_PARTITION: usize = 5;
 /// Sequence numbers wrap to 0 after `i32::MAX`, as the Java producer does.
 const SEQ_SPACE: i64 = 1 << 31;
 
-/// A partition: (topic id, partition id).
-pub type PartKey = (u32, i32);
-
-/// A sealed batch's identity in the broker's eyes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seq {
-    pub producer_id: i64,
-    pub epoch: i16,
-    pub base: i32,
-    /// It went out under this identity on a connection that was lost before the answer:
-    /// the broker may have written it.
-    pub uncertain: bool,
-}
-
 /// What the sequencer needs of a batch.
 pub trait Sealable {
     fn part(&self) -> PartKey;
@@ -56,6 +43,21 @@ pub trait Sealable {
     fn records(&self) -> usize;
     fn seq(&self) -> Option<Seq>;
     fn set_seq(&mut self, seq: Option<Seq>);
+}
+
+impl Sealable for Batch {
+    fn part(&self) -> PartKey {
+        (self.topic, self.partition)
+    }
+    fn records(&self) -> usize {
+        self.msgs.len()
+    }
+    fn seq(&self) -> Option<Seq> {
+        self.seq
+    }
+    fn set_seq(&mut self, seq: Option<Seq>) {
+        self.seq = seq;
+    }
 }
 
 /// `seq + n` in Kafka's wrapping sequence space.
@@ -86,15 +88,6 @@ pub enum Mode {
     },
     /// The cluster does not support idempotence: batches go unsealed.
     Off,
-}
-
-/// The producer identity to present when asking for a new one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdRequest {
-    /// A new producer id (first start, fenced, or epoch exhausted).
-    Fresh,
-    /// Bump the epoch of this producer id (KIP-360, InitProducerId v3+).
-    Bump { producer_id: i64, epoch: i16 },
 }
 
 struct Part<B> {

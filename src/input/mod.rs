@@ -5,9 +5,11 @@
 //! Channels: writes `Vec<Msg>` batches to the router and takes emptied ones back for reuse
 //! (types and capacities in [`crate::pipeline`]); reads a stop flag from the supervisor.
 //!
-//! Imports: settings, the pipeline types, the pool, [`crate::fasthash`] and
-//! [`crate::report`] (counting what it receives and discards). Never [`crate::kafka`],
-//! [`crate::route`] or [`crate::deliver`]: an input knows nothing of Kafka. [`wire`] (the
+//! Imports: settings, the pipeline types, the pool, [`crate::fasthash`],
+//! [`crate::report`] (counting what it receives and discards), [`crate::spool`] (spooled
+//! topics are written before they are handed on) and [`crate::route`]'s `SharedRouter`
+//! (an input routes its own batches while the router is idle). Never [`crate::kafka`] or
+//! [`crate::deliver`]: an input knows nothing of Kafka. [`wire`] (the
 //! client format) is also used by `dory send` and the fuzz targets.
 
 pub mod datagram;
@@ -24,15 +26,13 @@ use crate::report::discard_log::{DiscardInfo, DiscardKind};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::pipeline::{Msg, INPUT_BATCH_MAX};
+use crate::pipeline::{Msg, SpoolRef, TopicId, INPUT_BATCH_MAX, NO_TOPIC};
 use crate::pool::{Lease, Pool};
 use crate::report::commit_points::tracking_key;
-use crate::report::metrics::{
-    now_ms, Counter, DiscardReason, Metrics, QueueState, TopicId, NO_TOPIC,
-};
+use crate::report::metrics::{now_ms, Counter, DiscardReason, Metrics, QueueState};
 use crate::route::SharedRouter;
 use crate::spool::format::{encode_record, RecordRef};
-use crate::spool::{Spool, SpoolRef};
+use crate::spool::Spool;
 use wire::{ClientMsg, Kind, WireError};
 
 /// How often blocked input threads look at the stop flag.

@@ -18,10 +18,10 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use super::wire::{FrameError, StreamFramer};
 use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
-use crate::pipeline::INPUT_BATCH_MAX;
+use crate::pipeline::{INPUT_BATCH_MAX, NO_TOPIC};
 use crate::report::discard_log::DiscardInfo;
 use crate::report::liveness::{Heartbeat, QUIET_MAX};
-use crate::report::metrics::{Counter, DiscardReason, NO_TOPIC};
+use crate::report::metrics::{Counter, DiscardReason};
 
 /// Most simultaneous connections per stream input; more are refused (and counted).
 pub const MAX_CONNECTIONS: usize = 1024;

@@ -19,7 +19,7 @@ use std::hash::Hasher;
 use hashbrown::HashTable;
 
 use crate::fasthash::FoldHash;
-use crate::report::metrics::TopicId;
+use crate::pipeline::TopicId;
 
 #[derive(Debug, Clone)]
 struct Entry {

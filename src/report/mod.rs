@@ -14,8 +14,10 @@
 //! else is shared memory read and written through [`metrics::Metrics`].
 //!
 //! Imports: nothing from [`crate::input`], [`crate::route`], [`crate::deliver`] or
-//! [`crate::kafka`]; only settings, the pipeline types (`Msg`, `StatusRequest`) and the
-//! pool (whose fill level it reports). Every role may import it.
+//! [`crate::kafka`]; only settings, the pipeline types (`Msg`, `TopicId`,
+//! `StatusRequest`), the pool (whose fill level it reports), [`crate::latency`] and the
+//! spool's figures ([`crate::spool::SpoolStats`], which it shows). Every role but the spool
+//! may import it. (`tests/structure.rs` checks every role's imports.)
 //!
 //! Reading order: [`metrics`], [`discards`], [`commit_points`], [`discard_log`],
 //! [`msg_debug`], [`status`], [`liveness`].

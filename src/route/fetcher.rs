@@ -11,13 +11,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::config::{BrokerAddr, Config};
 use crate::deliver::backoff::Rng;
-use crate::deliver::idempotence::IdRequest;
 use crate::deliver::refusal;
 use crate::kafka::connection::{ConnError, Connection, Negotiated, Security};
 use crate::kafka::control::{self, API_KEY_INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSIONS};
 use crate::kafka::errors::error_name;
 use crate::kafka::{metadata, negotiate, MetadataResponse, API_KEY_METADATA, METADATA_VERSIONS};
-use crate::pipeline::{FetchRequest, FetchResponse, MetaRequest, MetaResponse, ProducerIdError};
+use crate::pipeline::{
+    FetchRequest, FetchResponse, IdRequest, MetaRequest, MetaResponse, ProducerIdError,
+};
 use crate::report::liveness::{Heartbeat, QUIET_MAX, TICK as HEARTBEAT_TICK};
 use crate::report::metrics::{Counter, Metrics};
 

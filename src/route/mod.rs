@@ -11,8 +11,8 @@
 //!
 //! Imports: settings, the pipeline types, the pool, [`crate::report`] (counting and
 //! discards), [`crate::deliver`] (the router starts and stops the dispatchers; backoff) and
-//! [`crate::kafka`] (metadata, in the fetcher). Never [`crate::input`]: inputs only reach
-//! the router through the channel.
+//! [`crate::kafka`] (metadata, in the fetcher). Never [`crate::input`] or
+//! [`crate::spool`]: inputs reach the router through the channel or `SharedRouter`.
 //!
 //! Reading order: [`router`] (with its parts in `router/`), then the pure decision logic it
 //! uses, private to this role: `batcher.rs` (when a batch is complete), `cluster.rs` (the

@@ -35,13 +35,14 @@ use crate::config::BatchLimits;
 use crate::config::Config;
 use crate::deliver::backoff::{Backoff, Rng};
 use crate::deliver::dispatcher::{DispatcherConfig, DispatcherHandle};
-use crate::deliver::idempotence::{PartKey, Sequencer};
+use crate::deliver::idempotence::Sequencer;
 use crate::fasthash::FastMap;
 use crate::pipeline::{
-    Batch, Control, FetchRequest, MetaResponse, Msg, Outcome, ProducerIdError, StatusRequest,
+    Batch, Control, FetchRequest, MetaResponse, Msg, Outcome, PartKey, ProducerIdError,
+    StatusRequest, TopicId,
 };
 use crate::report::liveness::TICK as HEARTBEAT_TICK;
-use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState, TopicId};
+use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState};
 use crate::route::batcher::OpenBatch;
 use crate::route::cluster::{Cluster, TopicView};
 use crate::route::rate_limit::RateLimiter;

@@ -387,6 +387,15 @@ mod tests {
     }
 
     #[test]
+    fn the_configs_record_overhead_bounds_the_format() {
+        // `spool.max_bytes` and `segment_bytes` are checked against this bound: it holds
+        // the segment header, a record header, the fixed fields and the longest topic a
+        // client can send.
+        let exact = HEADER_LEN + RECORD_HEADER_LEN + BODY_FIXED_LEN + i16::MAX as usize;
+        assert!(exact as u64 <= crate::config::SPOOL_RECORD_OVERHEAD);
+    }
+
+    #[test]
     fn header_round_trip_and_errors() {
         let h = SegmentHeader {
             version: VERSION,

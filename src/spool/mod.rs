@@ -16,14 +16,19 @@
 //!
 //! Channels: none with the pipeline; the sync thread has a stop channel from the supervisor.
 //!
-//! Imports: settings and [`crate::report::metrics`] (to count), nothing of
-//! [`crate::input`], [`crate::route`], [`crate::deliver`] or [`crate::kafka`]: the spool
-//! knows files and records, not where messages go.
+//! Imports: settings, the pipeline types (topic ids, [`SpoolRef`]) and
+//! [`crate::latency`]. Nothing of [`crate::report`]: the spool reports its figures through
+//! [`SpoolReport`], which the metrics implement. Nothing of [`crate::input`],
+//! [`crate::route`], [`crate::deliver`] or [`crate::kafka`]: the spool knows files and
+//! records, not where messages go. (`tests/structure.rs` checks every role's imports.)
 
 pub mod format;
 pub mod recovery;
 pub mod segment;
+mod stats;
 mod writer;
+
+pub use stats::{SpoolReport, SpoolSnapshot, SpoolStats};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -32,7 +37,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, tick, Sender};
 
 use crate::config::SpoolConfig;
-use crate::report::metrics::{Metrics, SpoolStats, TopicId};
+use crate::pipeline::{SpoolRef, TopicId};
 use writer::{sync_files, Writer};
 pub use writer::{AppendError, Appended};
 
@@ -42,7 +47,7 @@ const RECLAIM_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long the `spool-sync` thread may go without a heartbeat (an `fdatasync` can take
 /// long on a busy disk) before the watchdog counts it as stuck.
-const SYNC_QUIET_MAX: Duration = Duration::from_secs(120);
+pub const SYNC_QUIET_MAX: Duration = Duration::from_secs(120);
 
 /// Errors opening the spool: fatal at start-up.
 #[derive(Debug, thiserror::Error)]
@@ -68,27 +73,10 @@ pub enum SpoolError {
     Thread(std::io::Error),
 }
 
-/// A message's hold on its segment: while any exists, the segment is kept. Dropped with
-/// the message (acknowledged or discarded).
-#[derive(Debug)]
-pub struct SpoolRef(&'static AtomicU64);
-
-impl SpoolRef {
-    fn new(slot: &'static AtomicU64) -> SpoolRef {
-        SpoolRef(slot)
-    }
-}
-
-impl Drop for SpoolRef {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
-    }
-}
-
 /// The spool, shared by the inputs, recovery and the sync thread (`&'static`).
 pub struct Spool {
     cfg: SpoolConfig,
-    metrics: &'static Metrics,
+    report: &'static dyn SpoolReport,
     /// Unresolved messages per segment slot.
     slots: &'static [AtomicU64],
     writer: Mutex<Writer>,
@@ -114,7 +102,7 @@ impl Spool {
     /// and what recovery must replay before the inputs open.
     pub fn open(
         cfg: &SpoolConfig,
-        metrics: &'static Metrics,
+        report: &'static dyn SpoolReport,
     ) -> Result<(&'static Spool, recovery::Recovery), SpoolError> {
         let dir = cfg.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|source| SpoolError::Dir {
@@ -125,9 +113,9 @@ impl Spool {
             path: dir.clone(),
             source,
         })?;
-        metrics.enable_spool();
+        report.spool_stats().enable();
         let mut plan =
-            recovery::Recovery::plan(cfg, metrics).map_err(|source| SpoolError::List {
+            recovery::Recovery::plan(cfg, report).map_err(|source| SpoolError::List {
                 path: dir.clone(),
                 source,
             })?;
@@ -142,7 +130,7 @@ impl Spool {
         plan.prepare(&mut w);
         let spool: &'static Spool = Box::leak(Box::new(Spool {
             cfg: cfg.clone(),
-            metrics,
+            report,
             slots,
             writer: Mutex::new(w),
             sync_lock: Mutex::new(()),
@@ -154,7 +142,7 @@ impl Spool {
             if let Err(e) = w.open_active(slots) {
                 spool.write_failed(&e);
             }
-            w.publish_gauges(metrics.spool());
+            w.publish_gauges(report.spool_stats());
         }
         Ok((spool, plan))
     }
@@ -184,18 +172,18 @@ impl Spool {
         tickets: &mut Vec<SpoolRef>,
     ) -> Appended {
         let mut w = lock(&self.writer);
-        let (done, err) = w.append(buf, keys, self.slots, tickets, self.metrics);
+        let (done, err) = w.append(buf, keys, self.slots, tickets, self.report);
         if let Some(e) = err {
             self.write_failed(&e);
         }
-        w.publish_gauges(self.metrics.spool());
+        w.publish_gauges(self.report.spool_stats());
         done
     }
 
     fn write_failed(&self, e: &AppendError) {
         static LAST_LOG: Mutex<Option<Instant>> = Mutex::new(None);
         if !matches!(e, AppendError::Full(_)) {
-            SpoolStats::add(&self.metrics.spool().write_errors, 1);
+            SpoolStats::add(&self.report.spool_stats().write_errors, 1);
         }
         // Rate-limited: a full spool refuses every batch until something resolves.
         let mut last = lock(&LAST_LOG);
@@ -222,15 +210,15 @@ impl Spool {
         };
         let t0 = Instant::now();
         let result = sync_files(&files);
-        self.metrics.spool().synced(writer::since(t0));
+        self.report.spool_stats().synced(writer::since(t0));
         let mut w = lock(&self.writer);
         match result {
             Ok(()) => {
-                w.end_sync(window, self.metrics);
+                w.end_sync(window, self.report);
                 self.synced.fetch_max(upto, Ordering::Release);
             }
             Err(e) => {
-                SpoolStats::add(&self.metrics.spool().sync_errors, 1);
+                SpoolStats::add(&self.report.spool_stats().sync_errors, 1);
                 log::error!("spool: fdatasync failed: {e}");
                 w.sync_failed(files, window);
             }
@@ -247,11 +235,16 @@ impl Spool {
     pub fn reclaim(&self) {
         let mut w = lock(&self.writer);
         w.reclaim(self.slots);
-        w.publish_gauges(self.metrics.spool());
+        w.publish_gauges(self.report.spool_stats());
     }
 
-    /// Starts the `spool-sync` thread.
-    pub fn spawn_sync(&'static self) -> Result<SyncThread, SpoolError> {
+    /// Starts the `spool-sync` thread. It calls `beat` on every tick: the watchdog's
+    /// heartbeat, which should allow [`SYNC_QUIET_MAX`] between beats (a sync blocks on
+    /// the disk).
+    pub fn spawn_sync(
+        &'static self,
+        beat: impl Fn() + Send + 'static,
+    ) -> Result<SyncThread, SpoolError> {
         let (stop_tx, stop_rx) = bounded::<()>(1);
         let every = if self.sync_each_batch() {
             RECLAIM_INTERVAL
@@ -261,19 +254,13 @@ impl Spool {
         let handle = std::thread::Builder::new()
             .name("spool-sync".into())
             .spawn(move || {
-                // A sync blocks on the disk: allow it a long quiet time before the watchdog
-                // calls the thread stuck.
-                let heartbeat = self
-                    .metrics
-                    .liveness()
-                    .register("spool-sync", SYNC_QUIET_MAX);
                 let ticker = tick(every);
                 let mut last_reclaim = Instant::now();
                 loop {
                     select! {
                         recv(stop_rx) -> _ => break,
                         recv(ticker) -> _ => {
-                            heartbeat.beat();
+                            beat();
                             self.sync_now();
                             if last_reclaim.elapsed() >= RECLAIM_INTERVAL {
                                 self.reclaim();
@@ -323,7 +310,6 @@ impl Spool {
 mod tests {
     use super::format::{encode_record, RecordRef};
     use super::*;
-    use crate::report::metrics::MetricsConfig;
     use std::collections::HashMap;
 
     fn cfg(dir: &std::path::Path, interval_ms: u64) -> SpoolConfig {
@@ -337,9 +323,36 @@ mod tests {
         }
     }
 
-    fn metrics() -> &'static Metrics {
-        Box::leak(Box::new(Metrics::new(MetricsConfig::default())))
+    /// What the spool reported: its figures and the synced points it set.
+    #[derive(Default)]
+    struct Reported {
+        stats: SpoolStats,
+        points: Mutex<HashMap<TopicId, i64>>,
     }
+
+    impl SpoolReport for Reported {
+        fn spool_stats(&self) -> &SpoolStats {
+            &self.stats
+        }
+        fn set_synced_point(&self, topic: TopicId, point: i64) {
+            lock(&self.points).insert(topic, point);
+        }
+    }
+
+    impl Reported {
+        fn spool_snapshot(&self) -> Option<SpoolSnapshot> {
+            self.stats.snapshot()
+        }
+        fn synced_point(&self, t: TopicId) -> Option<i64> {
+            lock(&self.points).get(&t).copied()
+        }
+    }
+
+    fn metrics() -> &'static Reported {
+        Box::leak(Box::default())
+    }
+
+    const T: TopicId = 1;
 
     /// Appends `n` records of 1000 value bytes, one batch; returns the holds.
     fn append(spool: &Spool, t: TopicId, first: u32, n: u32) -> (Appended, Vec<SpoolRef>) {
@@ -377,7 +390,7 @@ mod tests {
     fn segments_fill_up_to_max_bytes_are_reused_when_resolved_and_replay_what_is_left() {
         let dir = tempfile::tempdir().expect("temp dir");
         let m = metrics();
-        let t = m.topic_id(b"t").expect("topic");
+        let t = T;
         let (spool, r) = Spool::open(&cfg(dir.path(), 5), m).expect("open");
         assert_eq!(replay_keys(spool, r).0.len(), 0);
         // About 62 records of ~1040 bytes per 64 KiB segment; four segments at most.
@@ -392,8 +405,6 @@ mod tests {
         spool.sync_now();
         let s = m.spool_snapshot().expect("on");
         assert_eq!(s.appended_records, s.synced_records);
-        assert_eq!(m.synced_point(t), None, "not marked spooled");
-        m.set_spooled(t);
         assert_eq!(
             m.synced_point(t),
             Some(i64::from(100 + b.written as u32 - 1))
@@ -428,7 +439,7 @@ mod tests {
         drop(holds);
         second.clear();
         drop(third);
-        let sync = spool2.spawn_sync().expect("thread");
+        let sync = spool2.spawn_sync(|| ()).expect("thread");
         sync.stop();
         spool2.unlock_for_test();
         let (spool3, r) = Spool::open(&cfg(dir.path(), 5), metrics()).expect("reopen");
@@ -441,7 +452,7 @@ mod tests {
     fn sync_each_batch_syncs_before_returning() {
         let dir = tempfile::tempdir().expect("temp dir");
         let m = metrics();
-        let t = m.topic_id(b"t").expect("topic");
+        let t = T;
         let (spool, _r) = Spool::open(&cfg(dir.path(), 0), m).expect("open");
         assert!(spool.sync_each_batch());
         let (a, _holds) = append(spool, t, 0, 10);

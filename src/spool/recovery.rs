@@ -17,9 +17,9 @@ use std::path::Path;
 use super::format::{scan, FormatError, RecordRef, Scan, SegmentHeader, FREE_SEGMENT, HEADER_LEN};
 use super::segment::{self, SegmentFile};
 use super::writer::{Live, Writer};
-use super::{lock, Spool, SpoolRef};
+use super::{lock, Spool, SpoolReport, SpoolStats};
 use crate::config::SpoolConfig;
-use crate::report::metrics::{Metrics, SpoolStats};
+use crate::pipeline::SpoolRef;
 
 /// Largest segment file recovery reads (the configured maximum segment size).
 const MAX_READ: u64 = 1 << 30;
@@ -30,7 +30,7 @@ pub struct Recovery {
     live: Vec<(u64, SegmentFile, usize)>,
     spares: Vec<SegmentFile>,
     max_file: u64,
-    metrics: &'static Metrics,
+    report: &'static dyn SpoolReport,
 }
 
 /// What a replay did.
@@ -43,7 +43,10 @@ pub struct Replayed {
 
 impl Recovery {
     /// Lists the spool directory and reads every segment header.
-    pub(super) fn plan(cfg: &SpoolConfig, metrics: &'static Metrics) -> std::io::Result<Recovery> {
+    pub(super) fn plan(
+        cfg: &SpoolConfig,
+        report: &'static dyn SpoolReport,
+    ) -> std::io::Result<Recovery> {
         let (files, max_file) = segment::list(&cfg.dir)?;
         let mut live = Vec::new();
         let mut spares = Vec::new();
@@ -87,7 +90,7 @@ impl Recovery {
                     let _ = std::fs::remove_file(&seg.path);
                 }
                 Ok(h) => live.push((h.id, seg, usize::MAX)),
-                Err(e) => set_aside(metrics, &path, len, &e),
+                Err(e) => set_aside(report, &path, len, &e),
             }
         }
         live.sort_by_key(|l| l.0);
@@ -95,7 +98,7 @@ impl Recovery {
             live,
             spares,
             max_file,
-            metrics,
+            report,
         })
     }
 
@@ -130,7 +133,7 @@ impl Recovery {
         let mut done = Replayed::default();
         let mut buf = Vec::new();
         let mut adopted = Vec::new();
-        let stats = self.metrics.spool();
+        let stats = self.report.spool_stats();
         for (id, seg, slot) in self.live {
             done.segments += 1;
             if let Err(e) = seg.read_all(&mut buf, MAX_READ) {
@@ -187,8 +190,8 @@ impl Recovery {
 }
 
 /// Moves an unreadable file aside, counted and logged.
-fn set_aside(metrics: &Metrics, path: &Path, len: u64, e: &FormatError) {
-    let stats = metrics.spool();
+fn set_aside(report: &dyn SpoolReport, path: &Path, len: u64, e: &FormatError) {
+    let stats = report.spool_stats();
     SpoolStats::add(&stats.unreadable_segments, 1);
     if !matches!(e, FormatError::FutureVersion(_)) {
         SpoolStats::add(&stats.corrupt_bytes, len);

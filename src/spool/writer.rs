@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use super::format::{encoded_record_len, seal_record, FREE_SEGMENT, HEADER_LEN};
 use super::segment::SegmentFile;
-use super::SpoolRef;
-use crate::report::metrics::{Metrics, SpoolStats, TopicId};
+use super::{SpoolReport, SpoolStats};
+use crate::pipeline::{SpoolRef, TopicId};
 
 /// Spare (free) segment files kept for reuse; more are deleted.
 const MAX_SPARES: usize = 2;
@@ -248,7 +248,7 @@ impl Writer {
         keys: &[(TopicId, i64)],
         slots: &'static [AtomicU64],
         tickets: &mut Vec<SpoolRef>,
-        metrics: &Metrics,
+        report: &dyn SpoolReport,
     ) -> (Appended, Option<AppendError>) {
         let mut at = 0;
         let mut n = 0;
@@ -314,9 +314,9 @@ impl Writer {
         // Unsynced records lower their topic's synced point at once (under this lock, so
         // the sync cannot publish a stale value over it).
         for w in &self.window.topics {
-            metrics.set_synced_point(w.0, self.point(w.0));
+            report.set_synced_point(w.0, self.point(w.0));
         }
-        SpoolStats::add(&metrics.spool().appended_records, n as u64);
+        SpoolStats::add(&report.spool_stats().appended_records, n as u64);
         (
             Appended {
                 written: n,
@@ -359,7 +359,7 @@ impl Writer {
     }
 
     /// Ends a group commit: the window's records are on disk.
-    pub(super) fn end_sync(&mut self, mut synced: Window, metrics: &Metrics) {
+    pub(super) fn end_sync(&mut self, mut synced: Window, report: &dyn SpoolReport) {
         let mut records = 0;
         for &(t, _, max, n) in &synced.topics {
             records += n;
@@ -369,9 +369,9 @@ impl Writer {
             }
         }
         for &(t, ..) in &synced.topics {
-            metrics.set_synced_point(t, self.point(t));
+            report.set_synced_point(t, self.point(t));
         }
-        SpoolStats::add(&metrics.spool().synced_records, records);
+        SpoolStats::add(&report.spool_stats().synced_records, records);
         synced.topics.clear();
         self.spare_window = synced;
     }

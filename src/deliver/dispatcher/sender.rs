@@ -21,9 +21,11 @@ use crate::kafka::message_set::{Magic, MessageSetWriter};
 use crate::kafka::produce::ProduceRequestWriter;
 use crate::kafka::record_batch::{CompressionOutcome, RecordBatchWriter};
 use crate::kafka::{PRODUCE_LEGACY_VERSIONS, PRODUCE_VERSIONS};
-use crate::pipeline::{Batch, Outcome, ReturnReason, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD};
+use crate::pipeline::{
+    Batch, Outcome, ReturnReason, TopicId, KAFKA_MSG_OVERHEAD, RECORD_BATCH_OVERHEAD,
+};
 use crate::report::liveness::{Heartbeat, TICK as HEARTBEAT_TICK};
-use crate::report::metrics::{BrokerProtocol, Counter, Metrics, QueueState, TopicId};
+use crate::report::metrics::{BrokerProtocol, Counter, Metrics, QueueState};
 use crate::report::msg_debug::DebugFile;
 
 /// While encoding a record, how many records ahead to prefetch payload bytes.

@@ -58,13 +58,12 @@ use std::time::{Duration, Instant};
 
 use crate::pipeline::{Msg, TopicGroups};
 
-mod latency;
 mod multiset;
 mod state_file;
 
 use multiset::RunSet;
 
-pub use latency::{LatencyHistogram, LatencySnapshot, LATENCY_BOUNDS};
+pub use crate::latency::{LatencyHistogram, LatencySnapshot, LATENCY_BOUNDS};
 pub use state_file::{StateFile, StateWriter};
 
 /// The tracking key of a message: its client timestamp, but never later than its receipt.
@@ -354,7 +353,7 @@ impl Tracking {
     /// Logs received messages (their `commit_key` set; any topics, in the order received)
     /// to be applied to their topics' trackers by the next [`Tracking::settle`]; messages
     /// of `untracked` (topic "") are left out. Returns whether the log has grown past
-    /// [`PENDING_MAX`] runs, when the caller should settle it.
+    /// `PENDING_MAX` runs (65,536), when the caller should settle it.
     pub fn log_received<'a>(
         &self,
         msgs: impl IntoIterator<Item = &'a Msg>,

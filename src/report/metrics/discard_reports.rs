@@ -2,12 +2,12 @@
 //! examples of what was discarded, kept for `/discards`. The current period and the latest
 //! finished one are kept; older ones are dropped.
 
+use crate::pipeline::TopicId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::topic_table::TopicTable;
-use super::TopicId;
 
 /// How many entries each "recent ..." list of a discard report keeps.
 pub const LRU_CAPACITY: usize = 25;

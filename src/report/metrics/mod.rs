@@ -21,18 +21,14 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::pipeline::{TopicId, NO_TOPIC};
+use crate::spool::SpoolStats;
 pub use brokers::{BrokerProtocol, BrokerTable};
 pub use counters::{Counter, DiscardReason};
 use discard_reports::{add_range, Periods};
 pub use discard_reports::{DiscardReport, DiscardReports, TopicRange, LRU_CAPACITY};
-pub use spool_stats::{SpoolSnapshot, SpoolStats};
+
 use topic_table::TopicTable;
-
-/// Index into the topic table. `NO_TOPIC` (0) stands for "" (no parsable topic).
-pub type TopicId = u32;
-
-/// The topic id of input that has no parsable topic (malformed, unsupported, unclean).
-pub const NO_TOPIC: TopicId = 0;
 
 /// Life-cycle states whose per-topic counts `/queues` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

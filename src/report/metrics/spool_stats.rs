@@ -1,71 +1,15 @@
-//! The durable spool's gauges and counters on the metrics: the spool role writes them,
-//! the status pages read them. Per-topic values (recovered messages, the synced point)
-//! live in the topic table.
+//! The durable spool on the metrics: the spool's own figures ([`SpoolStats`], written by
+//! the spool through [`SpoolReport`], read by the status pages), and the per-topic values
+//! (recovered messages, the synced point), which live in the topic table.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use super::{Metrics, TopicId};
-use crate::report::commit_points::{LatencyHistogram, LatencySnapshot};
+use super::Metrics;
+use crate::pipeline::TopicId;
+use crate::spool::{SpoolReport, SpoolSnapshot, SpoolStats};
 
 /// "No synced point yet" in a topic's atomic.
 pub(super) const NO_POINT: i64 = i64::MIN;
-
-/// Spool-wide values.
-#[derive(Debug, Default)]
-pub struct SpoolStats {
-    enabled: AtomicBool,
-    /// Bytes of segment files on disk (active, unresolved and spare).
-    pub bytes: AtomicU64,
-    /// Segment files on disk.
-    pub segments: AtomicU64,
-    /// Segments holding unresolved messages (the active one included).
-    pub live_segments: AtomicU64,
-    pub appended_records: AtomicU64,
-    pub synced_records: AtomicU64,
-    /// Messages replayed at start.
-    pub recovered: AtomicU64,
-    /// Bytes recovery skipped (torn or corrupt records).
-    pub corrupt_bytes: AtomicU64,
-    /// Segment files recovery could not use (future format, bad header) and moved aside.
-    pub unreadable_segments: AtomicU64,
-    /// Failed segment creations and writes (each also a `spool_full` discard).
-    pub write_errors: AtomicU64,
-    pub sync_errors: AtomicU64,
-    /// Latency of each group commit (`fdatasync` of every dirty segment).
-    pub sync_latency: LatencyHistogram,
-}
-
-/// A copy of [`SpoolStats`] for the status pages.
-#[derive(Debug, Clone)]
-pub struct SpoolSnapshot {
-    pub bytes: u64,
-    pub segments: u64,
-    pub live_segments: u64,
-    pub appended_records: u64,
-    pub synced_records: u64,
-    pub recovered: u64,
-    pub corrupt_bytes: u64,
-    pub unreadable_segments: u64,
-    pub write_errors: u64,
-    pub sync_errors: u64,
-    pub sync_latency: LatencySnapshot,
-}
-
-impl SpoolStats {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub fn set(gauge: &AtomicU64, v: u64) {
-        gauge.store(v, Ordering::Relaxed);
-    }
-
-    /// One group commit took `d`.
-    pub fn synced(&self, d: Duration) {
-        self.sync_latency.record([(d, 1)]);
-    }
-}
 
 impl Metrics {
     /// The spool's values, to update (the spool role) or read.
@@ -75,29 +19,12 @@ impl Metrics {
 
     /// Marks the spool as configured: the status pages then show it.
     pub fn enable_spool(&self) {
-        self.spool.enabled.store(true, Ordering::Relaxed);
+        self.spool.enable();
     }
 
     /// `None` when no spool is configured.
     pub fn spool_snapshot(&self) -> Option<SpoolSnapshot> {
-        let s = &self.spool;
-        if !s.enabled.load(Ordering::Relaxed) {
-            return None;
-        }
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Some(SpoolSnapshot {
-            bytes: g(&s.bytes),
-            segments: g(&s.segments),
-            live_segments: g(&s.live_segments),
-            appended_records: g(&s.appended_records),
-            synced_records: g(&s.synced_records),
-            recovered: g(&s.recovered),
-            corrupt_bytes: g(&s.corrupt_bytes),
-            unreadable_segments: g(&s.unreadable_segments),
-            write_errors: g(&s.write_errors),
-            sync_errors: g(&s.sync_errors),
-            sync_latency: s.sync_latency.snapshot(),
-        })
+        self.spool.snapshot()
     }
 
     /// `n` messages of topic `t` were replayed from the spool at start.
@@ -145,6 +72,16 @@ impl Metrics {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+}
+
+impl SpoolReport for Metrics {
+    fn spool_stats(&self) -> &SpoolStats {
+        &self.spool
+    }
+
+    fn set_synced_point(&self, topic: TopicId, point: i64) {
+        Metrics::set_synced_point(self, topic, point);
     }
 }
 

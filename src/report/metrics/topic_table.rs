@@ -1,11 +1,10 @@
 //! The topic table: topic names interned to [`TopicId`]s, each with its per-topic atomics.
 //! Lookups of a known topic take a read lock; the counters themselves are lock-free.
 
+use crate::pipeline::{TopicId, NO_TOPIC};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
-
-use super::{TopicId, NO_TOPIC};
 
 /// Topic slots are allocated in segments of this many, so a topic table sized for
 /// `max_topics` costs memory only for the topics that exist.

@@ -6,8 +6,8 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use super::{Metrics, TopicId, NO_TOPIC};
-use crate::pipeline::Msg;
+use super::Metrics;
+use crate::pipeline::{Msg, TopicId, NO_TOPIC};
 use crate::report::commit_points::{LatencySnapshot, Points};
 
 impl Metrics {

@@ -515,7 +515,8 @@ pub(super) fn discards_json(m: &Metrics, now_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::metrics::{MetricsConfig, NO_TOPIC};
+    use crate::pipeline::NO_TOPIC;
+    use crate::report::metrics::MetricsConfig;
     use crate::report::status::tests::populated;
 
     fn expected_header(m: &Metrics, now: u64) -> String {

@@ -270,9 +270,11 @@ fn get(m: &Metrics, path: &str, now_ms: u64) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::NO_TOPIC;
     use crate::report::metrics::{
-        BrokerProtocol, DiscardReason, Health, MetricsConfig, QueueState, SpoolStats, NO_TOPIC,
+        BrokerProtocol, DiscardReason, Health, MetricsConfig, QueueState,
     };
+    use crate::spool::SpoolStats;
     use std::io::{Read, Write};
     use std::net::TcpStream;
 

@@ -8,9 +8,8 @@ use std::time::Instant;
 
 use super::Reply;
 use crate::report::commit_points::{LatencySnapshot, Points, TopicPoint, LATENCY_BOUNDS};
-use crate::report::metrics::{
-    Counter, DiscardReason, Health, Idempotence, Metrics, SpoolSnapshot, TopicSnapshot,
-};
+use crate::report::metrics::{Counter, DiscardReason, Health, Idempotence, Metrics, TopicSnapshot};
+use crate::spool::SpoolSnapshot;
 
 pub(super) fn health(m: &Metrics) -> Reply {
     if let Some(why) = m.security_problem() {

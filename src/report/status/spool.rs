@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::dory::{push_id_lines, to_json};
-use crate::report::metrics::{Metrics, SpoolSnapshot};
+use crate::report::metrics::Metrics;
+use crate::spool::SpoolSnapshot;
 
 #[derive(Serialize)]
 struct SpoolJson {

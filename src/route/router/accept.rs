@@ -5,8 +5,8 @@
 use super::{BatchKey, Lookup, Router, TopicSlot, NO_LIMITS};
 use crate::config::policy::{BatchAction, Partitioner, TopicPolicy};
 use crate::config::BatchLimits;
-use crate::pipeline::{Msg, KAFKA_MSG_OVERHEAD};
-use crate::report::metrics::{DiscardReason, QueueState, TopicId};
+use crate::pipeline::{Msg, TopicId, KAFKA_MSG_OVERHEAD};
+use crate::report::metrics::{DiscardReason, QueueState};
 use crate::report::msg_debug::DebugFile;
 use crate::route::cluster::TopicView;
 use crate::route::partitioner::java_partition;

@@ -4,8 +4,8 @@
 
 use super::{BatchKey, Broker, Router};
 use crate::deliver::dispatcher;
-use crate::pipeline::{Batch, Msg, DISPATCH_CHANNEL_CAP};
-use crate::report::metrics::{DiscardReason, QueueState, TopicId};
+use crate::pipeline::{Batch, Msg, TopicId, DISPATCH_CHANNEL_CAP};
+use crate::report::metrics::{DiscardReason, QueueState};
 use crate::route::batcher::OpenBatch;
 use crossbeam_channel::TrySendError;
 use std::collections::VecDeque;

@@ -5,9 +5,11 @@
 //! [`crate::deliver::idempotence`] and doc/errors.md).
 
 use super::Router;
-use crate::deliver::idempotence::{IdRequest, Mode, Sealable};
+use crate::deliver::idempotence::{Mode, Sealable};
 use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, SequenceAction};
-use crate::pipeline::{count_failed_attempt, Batch, FetchRequest, ProducerIdError, ReturnReason};
+use crate::pipeline::{
+    count_failed_attempt, Batch, FetchRequest, IdRequest, ProducerIdError, ReturnReason,
+};
 use crate::report::discards;
 use crate::report::metrics::{Counter, DiscardReason, Idempotence, QueueState};
 use std::time::{Duration, Instant};

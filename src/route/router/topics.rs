@@ -2,8 +2,8 @@
 //! cluster view and broker addresses, and resolving (or giving up) topic lookups.
 
 use super::{jittered, Router, TopicSlot, BAD_TOPIC_MEMORY, MIN_REFRESH_GAP, TOPIC_LOOKUP_RETRY};
-use crate::pipeline::{Batch, FetchRequest, MetaRequest, MetaResponse};
-use crate::report::metrics::{DiscardReason, QueueState, TopicId};
+use crate::pipeline::{Batch, FetchRequest, MetaRequest, MetaResponse, TopicId};
+use crate::report::metrics::{DiscardReason, QueueState};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -1,5 +1,6 @@
-//! Receipt → acknowledgement latency per topic, as a Prometheus histogram with fixed
-//! buckets, updated once per acknowledged batch.
+//! A latency histogram with fixed buckets, shown as a Prometheus histogram: receipt →
+//! acknowledgement per topic (commit points, updated once per acknowledged batch) and the
+//! spool's group commits. Imports nothing of dory.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
