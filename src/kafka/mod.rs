@@ -24,6 +24,7 @@ pub mod primitives;
 pub mod produce;
 pub mod record_batch;
 pub mod sasl;
+mod tls_stream;
 
 pub use api_versions::{ApiVersionRange, ApiVersionsResponse};
 pub use connection::{ConnError, Connection, Negotiated, Security, SecurityFailure, TlsClient};
