@@ -9,10 +9,11 @@
 //! state, finished batches) to the router (types in [`crate::pipeline`]).
 //!
 //! Imports: settings, the pipeline types, [`crate::report`] (counting, discards, message
-//! debug) and [`crate::kafka`] (codec and connection). Never [`crate::route`] or
-//! [`crate::input`]: it knows only the batches it is given. [`backoff`] is `pub` because
-//! the router and the metadata fetcher use it too, as is [`refusal`] (connections refused
-//! for TLS or SASL reasons).
+//! debug), [`crate::kafka`] (codec and connection) and [`crate::fasthash`]. Never
+//! [`crate::route`], [`crate::input`] or [`crate::spool`]: it knows only the batches it
+//! is given. (`tests/structure.rs` checks every role's imports.) [`backoff`] is `pub`
+//! because the router and the metadata fetcher use it too, as is [`refusal`] (connections
+//! refused for TLS or SASL reasons).
 //!
 //! Reading order: [`dispatcher`] (with `dispatcher/sender.rs` and `dispatcher/acks.rs`),
 //! [`idempotence`], [`backoff`], [`refusal`].
