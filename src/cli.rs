@@ -68,6 +68,10 @@ pub struct RunArgs {
     /// Batch time limit in milliseconds (0 disables the time limit; default 100).
     #[arg(long, value_name = "MS")]
     pub batch_time_ms: Option<u64>,
+    /// Which /metrics families are per topic: accounting (default) or all
+    /// (status.per_topic_metrics).
+    #[arg(long, value_name = "accounting|all")]
+    pub per_topic_metrics: Option<String>,
 }
 
 impl RunArgs {
@@ -80,6 +84,7 @@ impl RunArgs {
             status_addr: self.status_addr.clone(),
             msg_buffer_max: self.msg_buffer_max,
             batch_time_ms: self.batch_time_ms,
+            per_topic_metrics: self.per_topic_metrics.clone(),
         }
     }
 }

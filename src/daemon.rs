@@ -129,6 +129,7 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
         max_topics: cfg.input.max_topics,
         version: env!("CARGO_PKG_VERSION").to_string(),
         commit_points: cfg.commit_points.enable,
+        per_topic_metrics: cfg.status.per_topic_metrics,
     })));
     metrics.attach_pool(pool);
     metrics.attach_msg_debug(Arc::new(crate::report::msg_debug::MsgDebug::new(
@@ -246,6 +247,10 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
     if !cfg.input.inline_routing {
         log::info!("routing: every input batch goes through the router thread (input.inline_routing = false)");
     }
+    let batch_scheduling = cfg.delivery.batch_scheduling;
+    if !batch_scheduling {
+        log::info!("scheduling: router and dispatchers at the default policy (delivery.batch_scheduling = false)");
+    }
     let router = std::thread::Builder::new()
         .name("router".into())
         .spawn(move || {
@@ -257,7 +262,9 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
                 }
             }
             let _done = Done(router_done_tx);
-            crate::pipeline::batch_scheduling("router");
+            if batch_scheduling {
+                crate::pipeline::batch_scheduling("router");
+            }
             shared_router.run(RouterEvents {
                 from_inputs,
                 from_control,

@@ -54,6 +54,14 @@ impl LatencySnapshot {
     pub fn count(&self) -> u64 {
         self.cumulative[BUCKETS - 1]
     }
+
+    /// Adds `other`'s observations (one histogram over both).
+    pub fn merge(&mut self, other: &LatencySnapshot) {
+        for (a, b) in self.cumulative.iter_mut().zip(other.cumulative) {
+            *a = a.saturating_add(b);
+        }
+        self.sum = self.sum.saturating_add(other.sum);
+    }
 }
 
 impl LatencyHistogram {

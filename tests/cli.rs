@@ -27,6 +27,7 @@ fn help_documents_every_flag() {
         "--status-addr",
         "--msg-buffer-max",
         "--batch-time-ms",
+        "--per-topic-metrics",
         "send",
         "convert-config",
     ] {

@@ -303,3 +303,76 @@ fn tansu_autocreates_a_missing_topic() {
     let tansu = Tansu::start();
     autocreate_scenario(&[tansu.bootstrap()], &tansu.bootstrap(), 0xA0_0002);
 }
+
+/// The scheduling policy (`/proc/PID/task/TID/stat` field 41) of each thread of `pid`
+/// whose name starts with `prefix`.
+fn thread_policies(pid: u32, prefix: &str) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // "tid (comm) state ...": the name may hold spaces; fields count from 3 after ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let policy = stat[close + 1..].split_whitespace().nth(41 - 3);
+        if let (true, Some(Ok(p))) = (name.starts_with(prefix), policy.map(str::parse)) {
+            out.push((name.to_string(), p));
+        }
+    }
+    out
+}
+
+/// `delivery.batch_scheduling`: on by default (router and dispatchers SCHED_BATCH, the
+/// inputs not), off by the setting (every thread at the default policy).
+#[test]
+fn batch_scheduling_is_on_by_default_and_has_an_off_switch() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    const WAIT: Duration = Duration::from_secs(30);
+    let mock = Mock::start(1);
+    mock.create_topic("sched", 1);
+    for (toml, want) in [
+        (None, SCHED_BATCH),
+        (Some("[delivery]\nbatch_scheduling = false\n"), SCHED_OTHER),
+    ] {
+        let mut args = DoryArgs::new(mock.broker_addrs());
+        // (A config file turns auto-creation off; the topic exists anyway.)
+        args.config_toml = toml.map(str::to_string);
+        let mut dory = Dory::start(args);
+        dory.wait_ready();
+        let msgs: Vec<TestMsg> = (0..5)
+            .map(|id| TestMsg {
+                id,
+                input: Input::Stream,
+                route: Route::AnyPartition,
+                topic: "sched".into(),
+                ts: now_ms(),
+                key: Vec::new(),
+                value: format!("<{id:08}>").into_bytes(),
+            })
+            .collect();
+        dory.send_stream(&msgs);
+        dory.wait_received(&[("sched", 5)], WAIT);
+        dory.wait_drained(WAIT);
+        let pid = dory.pid();
+        let router = thread_policies(pid, "router");
+        let dispatchers = thread_policies(pid, "dispatcher-");
+        let inputs = thread_policies(pid, "input");
+        assert_eq!(router.len(), 1, "{router:?}");
+        assert!(!dispatchers.is_empty(), "a dispatcher runs");
+        assert!(!inputs.is_empty(), "an input runs");
+        for (name, p) in router.iter().chain(&dispatchers) {
+            assert_eq!(*p, want, "{name} with {toml:?}");
+        }
+        for (name, p) in &inputs {
+            assert_eq!(*p, SCHED_OTHER, "{name}");
+        }
+        dory.terminate(WAIT);
+    }
+}

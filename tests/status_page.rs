@@ -317,3 +317,59 @@ fn status_page_matches_metrics_in_html_json_and_browser() {
     dory.wait_drained(WAIT);
     dory.assert_invariant();
 }
+
+/// The default `/metrics` (no `--per-topic-metrics`): every topic's accounting, the rest
+/// summed over topics; `/metrics?topic=` has a topic's detail; both add up the same.
+#[test]
+fn default_metrics_carry_accounting_per_topic_and_detail_on_request() {
+    let mock = Mock::start(1);
+    for (t, _) in TOPICS {
+        mock.create_topic(t, 2);
+    }
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.extra_args = vec!["--per-topic-metrics".into(), "accounting".into()];
+    let mut dory = Dory::start(args);
+    dory.wait_ready();
+    for (t, n) in TOPICS {
+        dory.send_stream(&msgs(t, n));
+    }
+    dory.wait_received(&[(TOPICS[0].0, 40), (TOPICS[1].0, 15)], WAIT);
+    let m = dory.wait_drained(WAIT);
+    for (t, n) in TOPICS {
+        assert_eq!(m.received(t), u64::from(n), "{t}");
+        assert_eq!(m.delivered(t), u64::from(n), "{t}");
+        assert_eq!(m.in_flight(t), 0, "{t}");
+    }
+    let count = |m: &Metrics, name: &str, labels: &[(&str, &str)]| m.sample(name, labels);
+    // Detail families without the topic label, over all topics.
+    assert_eq!(
+        count(&m, "dory_delivery_latency_seconds_count", &[]),
+        Some(55.0),
+        "{}",
+        m.text
+    );
+    assert!(
+        !m.text.contains("dory_delivery_latency_seconds_count{"),
+        "{}",
+        m.text
+    );
+    assert_eq!(count(&m, "dory_possible_duplicates_total", &[]), Some(0.0));
+    // One topic's page: its detail, and no other topic.
+    let (code, body) = dory.http_get("/metrics?topic=page_a");
+    assert_eq!(code, 200, "{body}");
+    let a = Metrics::parse(&body).expect("prometheus text");
+    assert_eq!(
+        count(
+            &a,
+            "dory_delivery_latency_seconds_count",
+            &[("topic", "page_a")]
+        ),
+        Some(40.0),
+        "{body}"
+    );
+    assert_eq!(a.received("page_a"), 40);
+    assert_eq!(a.received("page_b"), 0, "{body}");
+    let (code, _) = dory.http_get("/metrics?topic=never_seen");
+    assert_eq!(code, 404);
+    dory.terminate(WAIT);
+}

@@ -134,6 +134,7 @@ pub struct RawDelivery {
     pub retry_backoff_ms: Option<u64>,
     pub retry_backoff_max_ms: Option<u64>,
     pub unknown_topic_wait_ms: Option<u64>,
+    pub batch_scheduling: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +143,8 @@ pub struct RawStatus {
     pub addr: Option<String>,
     pub discard_report_interval_s: Option<u64>,
     pub bad_msg_prefix_size: Option<usize>,
+    /// "accounting" or "all": which per-topic series `/metrics` carries.
+    pub per_topic_metrics: Option<String>,
 }
 
 /// Command-line overrides; `None` leaves the file's value (or the default) in place.
@@ -154,6 +157,7 @@ pub struct Overrides {
     pub status_addr: Option<String>,
     pub msg_buffer_max: Option<u64>,
     pub batch_time_ms: Option<u64>,
+    pub per_topic_metrics: Option<String>,
 }
 
 /// A broker address as configured: host and port.
@@ -263,6 +267,9 @@ pub struct DeliveryConfig {
     /// How long messages for a topic missing from metadata are held while we look it up
     /// (and ask for auto-creation) before they are discarded as `bad_topic`.
     pub unknown_topic_wait: Duration,
+    /// The router, the dispatchers and their acknowledgement threads run `SCHED_BATCH`
+    /// (see `pipeline::batch_scheduling`); false: the default policy, like the inputs.
+    pub batch_scheduling: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +277,31 @@ pub struct StatusConfig {
     pub addr: SocketAddr,
     pub discard_report_interval: Duration,
     pub bad_msg_prefix_size: usize,
+    pub per_topic_metrics: PerTopicMetrics,
+}
+
+/// Which families of `/metrics` are broken down per topic (`status.per_topic_metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerTopicMetrics {
+    /// Only what loss alerts need: received, delivered, discarded by reason, in flight.
+    /// The other families are served summed over topics (`/metrics?topic=NAME` has them
+    /// for one topic), so a scrape stays small with thousands of topics.
+    #[default]
+    Accounting,
+    /// Every per-topic family per topic (latency histograms, commit points, duplicates,
+    /// spool points): about ten times the size.
+    All,
+}
+
+fn per_topic_metrics(v: Option<&str>) -> Result<PerTopicMetrics, ConfigError> {
+    match v {
+        None | Some("accounting") => Ok(PerTopicMetrics::Accounting),
+        Some("all") => Ok(PerTopicMetrics::All),
+        Some(other) => Err(invalid(
+            "status.per_topic_metrics",
+            format!("`{other}`: expected \"accounting\" or \"all\""),
+        )),
+    }
 }
 
 /// The validated configuration of the whole daemon.
@@ -660,6 +692,7 @@ impl Config {
                 unknown_topic_wait: Duration::from_millis(
                     delivery.unknown_topic_wait_ms.unwrap_or(10_000),
                 ),
+                batch_scheduling: delivery.batch_scheduling.unwrap_or(true),
             },
             status: StatusConfig {
                 addr,
@@ -668,6 +701,11 @@ impl Config {
                     status.discard_report_interval_s.unwrap_or(600),
                 )?),
                 bad_msg_prefix_size: status.bad_msg_prefix_size.unwrap_or(256),
+                per_topic_metrics: per_topic_metrics(
+                    ov.per_topic_metrics
+                        .as_deref()
+                        .or(status.per_topic_metrics.as_deref()),
+                )?,
             },
             policies,
             discard_log,
@@ -721,6 +759,31 @@ mod tests {
             let e = load(&format!("[kafka]\nbroker_version = {bad}\n")).unwrap_err();
             assert!(e.to_string().contains("kafka.broker_version"), "{e}");
         }
+    }
+
+    #[test]
+    fn per_topic_metrics_and_batch_scheduling() {
+        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
+        assert_eq!(c.status.per_topic_metrics, PerTopicMetrics::Accounting);
+        assert!(c.delivery.batch_scheduling);
+        let c = with_section("status", "per_topic_metrics = \"all\"").expect("valid");
+        assert_eq!(c.status.per_topic_metrics, PerTopicMetrics::All);
+        let e = with_section("status", "per_topic_metrics = \"some\"").unwrap_err();
+        assert!(e.to_string().contains("status.per_topic_metrics"), "{e}");
+        // The flag wins over the file.
+        let raw = parse_toml(
+            Path::new("x.toml"),
+            "[status]\nper_topic_metrics = \"all\"\n",
+        )
+        .expect("parses");
+        let ov = Overrides {
+            per_topic_metrics: Some("accounting".into()),
+            ..flags()
+        };
+        let c = Config::from_parts(raw, false, &ov).expect("valid");
+        assert_eq!(c.status.per_topic_metrics, PerTopicMetrics::Accounting);
+        let c = with_section("delivery", "batch_scheduling = false").expect("valid");
+        assert!(!c.delivery.batch_scheduling);
     }
 
     #[test]

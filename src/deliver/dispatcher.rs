@@ -51,6 +51,8 @@ pub struct DispatcherConfig {
     pub security: Security,
     /// What to take a broker for that closes the connection on ApiVersions.
     pub broker_version: Option<crate::kafka::api_versions::BrokerVersion>,
+    /// Run the thread `SCHED_BATCH` (`delivery.batch_scheduling`).
+    pub batch_scheduling: bool,
 }
 
 impl DispatcherConfig {
@@ -77,6 +79,7 @@ impl DispatcherConfig {
             policies: c.policies.clone(),
             security: c.kafka.security.clone(),
             broker_version: c.kafka.broker_version,
+            batch_scheduling: c.delivery.batch_scheduling,
         }
     }
 }
@@ -169,6 +172,7 @@ pub fn spawn(
     let (tx, rx) = bounded(DISPATCH_CHANNEL_CAP);
     let shared = Arc::new(Shared::default());
     let quiet_max = cfg.io_quiet_max();
+    let batch = cfg.batch_scheduling;
     let sender = sender::Sender_ {
         id,
         host: host.clone(),
@@ -191,7 +195,10 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name(format!("dispatcher-{id}"))
         .spawn(move || {
-            crate::pipeline::batch_scheduling("dispatcher");
+            if batch {
+                // The acknowledgement reader it starts inherits the policy.
+                crate::pipeline::batch_scheduling("dispatcher");
+            }
             sender.run()
         })
         .map_err(|e| log::error!("cannot start dispatcher thread for broker {id}: {e}"))

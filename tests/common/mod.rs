@@ -795,6 +795,17 @@ impl Dory {
         if let Some(ms) = args.batch_time_ms {
             cmd.arg("--batch-time-ms").arg(ms.to_string());
         }
+        // The suites read per-topic detail (duplicates, latency, commit points, spool
+        // points) from /metrics: every family per topic, unless a test picks the mode
+        // (the default is checked in tests/status_page.rs and the unit tests).
+        let picks_mode = args.extra_args.iter().any(|a| a == "--per-topic-metrics")
+            || args
+                .config_toml
+                .as_deref()
+                .is_some_and(|t| t.contains("per_topic_metrics"));
+        if !picks_mode {
+            cmd.arg("--per-topic-metrics").arg("all");
+        }
         if let Some(toml) = &args.config_toml {
             let path = dir.path().join("dory.toml");
             fs::write(&path, toml).expect("write dory.toml");

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::PerTopicMetrics;
 use crate::pipeline::{TopicId, NO_TOPIC};
 use crate::spool::SpoolStats;
 pub use brokers::{BrokerProtocol, BrokerTable};
@@ -60,6 +61,8 @@ pub struct MetricsConfig {
     pub version: String,
     /// Track commit points and the oldest unacknowledged age (`commit_points.enable`).
     pub commit_points: bool,
+    /// Which `/metrics` families are per topic (`status.per_topic_metrics`).
+    pub per_topic_metrics: PerTopicMetrics,
 }
 
 impl Default for MetricsConfig {
@@ -70,6 +73,7 @@ impl Default for MetricsConfig {
             max_topics: 10_000,
             version: env!("CARGO_PKG_VERSION").to_string(),
             commit_points: true,
+            per_topic_metrics: PerTopicMetrics::Accounting,
         }
     }
 }
@@ -160,6 +164,7 @@ pub struct Metrics {
     bad_msg_prefix_size: usize,
     interval_secs: u64,
     version: String,
+    per_topic_metrics: PerTopicMetrics,
     pid: u32,
     start_secs: u64,
     last_discard_query_secs: AtomicU64,
@@ -212,6 +217,7 @@ impl Metrics {
             bad_msg_prefix_size: config.bad_msg_prefix_size,
             interval_secs,
             version: config.version,
+            per_topic_metrics: config.per_topic_metrics,
             pid: std::process::id(),
             start_secs,
             last_discard_query_secs: AtomicU64::new(start_secs),
@@ -567,6 +573,11 @@ impl Metrics {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Which `/metrics` families are per topic.
+    pub fn per_topic_metrics(&self) -> PerTopicMetrics {
+        self.per_topic_metrics
     }
 
     pub fn version(&self) -> &str {
