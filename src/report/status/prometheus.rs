@@ -60,19 +60,15 @@ pub(super) enum Scope<'a> {
 /// The `/metrics` text, or `None` when `scope` names a topic dory has not seen.
 pub(super) fn prometheus(m: &Metrics, scope: Scope<'_>) -> Option<String> {
     let mut topics = m.snapshot_topics();
-    let detail = match scope {
-        Scope::Configured => m.per_topic_metrics() == PerTopicMetrics::All,
+    let (detail, only) = match scope {
+        Scope::Configured => (m.per_topic_metrics() == PerTopicMetrics::All, None),
         Scope::Topic(name) => {
             topics.retain(|t| &*t.name == name);
             if topics.is_empty() {
                 return None;
             }
-            true
+            (true, Some(name))
         }
-    };
-    let only = match scope {
-        Scope::Topic(name) => Some(name),
-        Scope::Configured => None,
     };
     let labels: Vec<String> = topics.iter().map(|t| label(&t.name)).collect();
     let mut out = String::new();
