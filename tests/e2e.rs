@@ -346,18 +346,7 @@ fn batch_scheduling_is_on_by_default_and_has_an_off_switch() {
         args.config_toml = toml.map(str::to_string);
         let mut dory = Dory::start(args);
         dory.wait_ready();
-        let msgs: Vec<TestMsg> = (0..5)
-            .map(|id| TestMsg {
-                id,
-                input: Input::Stream,
-                route: Route::AnyPartition,
-                topic: "sched".into(),
-                ts: now_ms(),
-                key: Vec::new(),
-                value: format!("<{id:08}>").into_bytes(),
-            })
-            .collect();
-        dory.send_stream(&msgs);
+        dory.send_stream(&stream_msgs("sched", 5));
         dory.wait_received(&[("sched", 5)], WAIT);
         dory.wait_drained(WAIT);
         let pid = dory.pid();

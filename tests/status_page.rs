@@ -20,20 +20,6 @@ const WAIT: Duration = Duration::from_secs(30);
 const TOPICS: [(&str, u32); 2] = [("page_a", 40), ("page_b", 15)];
 const MALFORMED: u64 = 3;
 
-fn msgs(topic: &str, n: u32) -> Vec<TestMsg> {
-    (0..n)
-        .map(|id| TestMsg {
-            id,
-            input: Input::Stream,
-            route: Route::AnyPartition,
-            topic: topic.to_string(),
-            ts: now_ms(),
-            key: Vec::new(),
-            value: format!("<{id:08}> {topic}").into_bytes(),
-        })
-        .collect()
-}
-
 /// The `<table id="{id}">` element of `html` (to its `</table>`).
 fn table<'a>(html: &'a str, id: &str) -> &'a str {
     let open = format!("<table id=\"{id}\"");
@@ -206,7 +192,7 @@ fn status_page_matches_metrics_in_html_json_and_browser() {
     let mut dory = Dory::start(DoryArgs::new(mock.broker_addrs()));
     dory.wait_ready();
     for (t, n) in TOPICS {
-        dory.send_stream(&msgs(t, n));
+        dory.send_stream(&stream_msgs(t, n));
     }
     let sender = DgramSender::new(dory.dgram_path());
     for _ in 0..MALFORMED {
@@ -281,7 +267,7 @@ fn status_page_matches_metrics_in_html_json_and_browser() {
             let mut round = 0;
             while !stop.load(Ordering::Relaxed) {
                 let n = if round % 10 < 5 { 20 } else { 5 };
-                let bytes: Vec<u8> = msgs(TOPICS[round % 2].0, n)
+                let bytes: Vec<u8> = stream_msgs(TOPICS[round % 2].0, n)
                     .iter()
                     .flat_map(TestMsg::encode)
                     .collect();
@@ -331,7 +317,7 @@ fn default_metrics_carry_accounting_per_topic_and_detail_on_request() {
     let mut dory = Dory::start(args);
     dory.wait_ready();
     for (t, n) in TOPICS {
-        dory.send_stream(&msgs(t, n));
+        dory.send_stream(&stream_msgs(t, n));
     }
     dory.wait_received(&[(TOPICS[0].0, 40), (TOPICS[1].0, 15)], WAIT);
     let m = dory.wait_drained(WAIT);

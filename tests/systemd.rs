@@ -119,18 +119,7 @@ fn notifies_ready_status_watchdog_and_stopping() {
     );
 
     // Messages in: a later status line counts them (refreshed every 5 s when changed).
-    let sent: Vec<TestMsg> = (0..3)
-        .map(|id| TestMsg {
-            id,
-            input: Input::Stream,
-            route: Route::AnyPartition,
-            topic: "sd".into(),
-            ts: now_ms(),
-            key: Vec::new(),
-            value: format!("<{id:08}> systemd").into_bytes(),
-        })
-        .collect();
-    dory.send_stream(&sent);
+    dory.send_stream(&stream_msgs("sd", 3));
     dory.wait_drained(WAIT);
     notify.wait_for("a status line counting the messages", WAIT, |m| {
         m.contains(

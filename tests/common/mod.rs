@@ -1849,6 +1849,21 @@ fn make_value(id: u32, len: usize) -> Vec<u8> {
 /// Interesting client partition keys: sign bit, extremes, small values.
 const SPECIAL_PARTITION_KEYS: [i32; 8] = [0, 1, 2, 5, -1, -2, i32::MIN, i32::MAX];
 
+/// `n` stream-input messages for `topic`, ids 0.. and values `<ID> topic`, any partition.
+pub fn stream_msgs(topic: &str, n: u32) -> Vec<TestMsg> {
+    (0..n)
+        .map(|id| TestMsg {
+            id,
+            input: Input::Stream,
+            route: Route::AnyPartition,
+            topic: topic.to_string(),
+            ts: now_ms(),
+            key: Vec::new(),
+            value: format!("<{id:08}> {topic}").into_bytes(),
+        })
+        .collect()
+}
+
 /// `count` messages for `topic`, deterministic in `seed`. Inputs: about half datagram, a
 /// quarter each UNIX stream and TCP; half AnyPartition, half PartitionKey (random and special
 /// keys); a third of the keys empty; value sizes 0..=60 KiB biased to small. Values above
