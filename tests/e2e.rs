@@ -304,28 +304,12 @@ fn tansu_autocreates_a_missing_topic() {
     autocreate_scenario(&[tansu.bootstrap()], &tansu.bootstrap(), 0xA0_0002);
 }
 
-/// The scheduling policy (`/proc/PID/task/TID/stat` field 41) of each thread of `pid`
-/// whose name starts with `prefix`.
+/// The scheduling policy of each thread of `pid` whose name starts with `prefix`.
 fn thread_policies(pid: u32, prefix: &str) -> Vec<(String, u32)> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        // "tid (comm) state ...": the name may hold spaces; fields count from 3 after ')'.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = &stat[open + 1..close];
-        let policy = stat[close + 1..].split_whitespace().nth(41 - 3);
-        if let (true, Some(Ok(p))) = (name.starts_with(prefix), policy.map(str::parse)) {
-            out.push((name.to_string(), p));
-        }
-    }
-    out
+    threads::threads(pid, prefix)
+        .into_iter()
+        .map(|t| (t.name, t.policy))
+        .collect()
 }
 
 /// `delivery.batch_scheduling`: on by default (router and dispatchers SCHED_BATCH, the

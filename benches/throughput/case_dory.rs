@@ -17,7 +17,9 @@ use crate::latency::Histogram;
 use crate::opts::{Opts, Target};
 use crate::procs::{self, free_port, CpuSnapshot, Proc, ScratchDir};
 use crate::run_result::RunResult;
+use crate::scraper::Scraper;
 use crate::sender::{self, Load};
+use crate::stream_sender::{self, Clients};
 use crate::{sink, tansu};
 
 /// The broker dory delivers to in a run.
@@ -40,7 +42,7 @@ pub fn run_daemon(
     let dir = ScratchDir::new(t.key()).map_err(|e| e.to_string())?;
     let n = load.count;
     let broker = match t {
-        Target::Sink | Target::SinkVariant => Broker::Sink(
+        _ if t.uses_sink() => Broker::Sink(
             sink::Sink::start(&load.topics, o.partitions, !o.no_crc)
                 .map_err(|e| format!("sink: {e}"))?,
         ),
@@ -74,6 +76,25 @@ pub fn run_daemon(
         .arg(status.to_string())
         .arg("--msg-buffer-max")
         .arg(&o.pool);
+    // The stream targets' clients: dory's UNIX stream socket and TCP port.
+    let clients = match t {
+        Target::StreamOne => Some(Clients { unix: 1, tcp: 0 }),
+        Target::StreamMany => Some(Clients {
+            unix: o.clients,
+            tcp: o.clients,
+        }),
+        _ => None,
+    };
+    let stream_sock = dir.path().join("s.sock");
+    let tcp: SocketAddr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?)
+        .parse()
+        .unwrap();
+    if clients.is_some() {
+        cmd.arg("--stream-socket")
+            .arg(&stream_sock)
+            .arg("--tcp-port")
+            .arg(tcp.port().to_string());
+    }
     // Both TOML extras go into one --config file; the variant's only for its target.
     let variant = o
         .variant_toml
@@ -165,22 +186,31 @@ pub fn run_daemon(
 
     // ----- send, wait until the broker side has everything -----
     let sender = {
-        let sock = sock.clone();
+        let (sock, stream_sock) = (sock.clone(), stream_sock.clone());
         let load = load.clone();
         std::thread::Builder::new()
             .name("sender".into())
-            .spawn(move || sender::send(&sock, &load, stall))
+            .spawn(move || match clients {
+                None => sender::send(&sock, &load, stall).map(|s| (s, Vec::new())),
+                Some(c) => stream_sender::send(&stream_sock, tcp, &load, c, stall)
+                    .map(|s| (s.sent, s.per_client)),
+            })
             .map_err(|e| e.to_string())?
+    };
+    // sink-scraped: /metrics once a second while the sender runs, as Prometheus would.
+    let scraper = if t == Target::SinkScraped {
+        Some(Scraper::start(status, Duration::from_secs(1)).map_err(|e| e.to_string())?)
+    } else {
+        None
     };
     let mut watch = ProgressWatch::new(stall);
     let mut last_scrape = Instant::now();
     // With many topics /metrics is large (a few dozen lines per topic): scraping it costs
     // dory and the bench CPU, so the invariant is checked less often during the run.
-    let scrape_every = match t {
-        Target::Sink | Target::SinkVariant => {
-            Duration::from_millis(250).max(Duration::from_micros(2500) * load.topics.len() as u32)
-        }
-        _ => Duration::from_millis(20),
+    let scrape_every = if t.uses_sink() {
+        Duration::from_millis(250).max(Duration::from_micros(2500) * load.topics.len() as u32)
+    } else {
+        Duration::from_millis(20)
     };
     let mut done_at: Option<Instant> = None;
     let mut settled: Option<Metrics> = None;
@@ -222,13 +252,14 @@ pub fn run_daemon(
         }
     }
     let sent = sender.join().map_err(|_| "sender panicked".to_string())?;
+    let timed_scrapes = scraper.map(Scraper::finish);
     if let Some(s) = daemon.try_exit() {
         return Err(fail(
             &daemon,
             format!("dory exited with {s}; {}", problems.join("; ")),
         ));
     }
-    let sent = match sent {
+    let (sent, per_client) = match sent {
         Ok(s) => s,
         Err(e) => {
             return Err(fail(
@@ -343,6 +374,35 @@ pub fn run_daemon(
         json!((sent.end - sent.start).as_secs_f64()),
     );
     extra.insert("sendmmsg_calls".into(), json!(sent.calls));
+    if !per_client.is_empty() {
+        let (lo, hi) = per_client
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
+                (lo.min(r), hi.max(r))
+            });
+        extra.insert("clients".into(), json!(per_client.len()));
+        extra.insert("client_min_msgs_per_s".into(), json!(lo));
+        extra.insert("client_max_msgs_per_s".into(), json!(hi));
+    }
+    if let Some(s) = &timed_scrapes {
+        let mut ms = s.ms.clone();
+        ms.sort_by(f64::total_cmp);
+        extra.insert("scrapes_timed".into(), json!(ms.len()));
+        extra.insert("scrape_median_ms".into(), json!(ms.get(ms.len() / 2)));
+        extra.insert("scrape_max_ms".into(), json!(ms.last()));
+        extra.insert("scrape_max_body_bytes".into(), json!(s.max_body_bytes));
+        extra.insert("scrape_gzip".into(), json!(s.all_gzip));
+        if s.failed > 0 {
+            problems.push(format!(
+                "{} scrape(s) failed: {}",
+                s.failed,
+                s.first_error.as_deref().unwrap_or("")
+            ));
+        }
+        if ms.is_empty() {
+            problems.push("no scrape while the sender ran".into());
+        }
+    }
     extra.insert("sender_cpu_s".into(), json!(sent.cpu_s));
     if let (Some(a), Some(b)) = (broker_cpu0, broker_cpu1) {
         extra.insert("broker_cpu_s".into(), json!(b - a));

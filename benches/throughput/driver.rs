@@ -50,7 +50,7 @@ fn run_config(ctx: &Ctx, topic_count: usize) -> Option<f64> {
                     case_ceiling::run_ceiling(&load, t, stall)
                 }
                 Target::Rdkafka => case_rdkafka::run_rdkafka(o, &load, &ctx.rdkafka_conf, stall),
-                Target::Sink | Target::SinkVariant | Target::Tansu => case_dory::run_daemon(
+                _ => case_dory::run_daemon(
                     o,
                     &load,
                     t,

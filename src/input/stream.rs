@@ -1,7 +1,11 @@
 //! The stream inputs: a UNIX stream socket and TCP on 127.0.0.1, both carrying Dory's
 //! messages back to back. An acceptor thread per socket, one thread per connection (as
-//! Dory does; connections are few and long-lived). A client that sends a bad size field
-//! is counted and disconnected; a client that disconnects mid-message is counted too.
+//! Dory does), up to [`MAX_CONNECTIONS`] per socket. A connection's thread sleeps in the
+//! kernel until its client sends, so a client that sends nothing, or stalls half way
+//! through a message, costs the others no CPU; it holds no read buffer either (one is
+//! taken when data arrives and given back after a second of silence, keeping only a
+//! partial message). A client that sends a bad size field is counted and disconnected; a
+//! client that disconnects mid-message is counted too.
 
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -26,6 +30,10 @@ use crate::report::metrics::{Counter, DiscardReason};
 /// Most simultaneous connections per stream input; more are refused (and counted).
 pub const MAX_CONNECTIONS: usize = 1024;
 
+/// A connection that sends nothing for this many read timeouts ([`STOP_POLL`] each: 1 s)
+/// gives its read buffer back, keeping only a partial message if it stalled in one.
+const IDLE_RELEASE_POLLS: u32 = 10;
+
 enum Listener {
     Unix(UnixListener),
     Tcp(TcpListener),
@@ -46,6 +54,19 @@ impl Read for Conn {
 }
 
 impl Conn {
+    /// Waits up to `timeout` for data (or end of stream, or an error) to read.
+    fn readable_within(&self, timeout: Duration) -> bool {
+        let fd = match self {
+            Conn::Unix(s) => s.as_fd(),
+            Conn::Tcp(s) => s.as_fd(),
+        };
+        let timeout =
+            PollTimeout::try_from(timeout.as_millis() as i32).unwrap_or(PollTimeout::NONE);
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        // An error (EINTR) counts as readable: the read that follows tells what it was.
+        poll(&mut fds, timeout).map_or(true, |n| n > 0)
+    }
+
     fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
         match self {
             Conn::Unix(s) => s.set_read_timeout(d),
@@ -209,9 +230,25 @@ fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx, heartbe
     }
     let mut framer = StreamFramer::new(max_msg_size);
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
+    // Read timeouts in a row; at IDLE_RELEASE_POLLS the framer's buffer is given back.
+    let mut idle_polls = 0u32;
     loop {
         heartbeat.beat();
+        // A connection without a buffer (new, or idle for a while) waits until it is
+        // readable before taking one: a client that sends nothing costs no memory.
+        if framer.needs_room() && !conn.readable_within(STOP_POLL) {
+            if ctx.stopping() {
+                if !framer.buffered().is_empty() {
+                    unclean(ctx, tcp, framer.buffered());
+                }
+                break;
+            }
+            continue;
+        }
         let read = framer.read_from(&mut conn);
+        if !matches!(&read, Err(e) if is_poll_timeout(e)) {
+            idle_polls = 0;
+        }
         match read {
             Ok(0) => {
                 if framer.buffered().is_empty() {
@@ -250,6 +287,10 @@ fn serve(mut conn: Conn, tcp: bool, max_msg_size: usize, ctx: &InputCtx, heartbe
                 ctx.flush(&mut out);
             }
             Err(e) if is_poll_timeout(&e) => {
+                idle_polls += 1;
+                if idle_polls == IDLE_RELEASE_POLLS {
+                    framer.release_idle();
+                }
                 if ctx.stopping() {
                     if !framer.buffered().is_empty() {
                         unclean(ctx, tcp, framer.buffered());

@@ -382,6 +382,32 @@ impl StreamFramer {
         &self.buf[self.start..self.end]
     }
 
+    /// Whether the next [`read_from`](Self::read_from) would first have to grow the
+    /// buffer: true for a new framer and after [`release_idle`](Self::release_idle). A
+    /// caller waits for the socket to be readable first, so that a connection that sends
+    /// nothing holds no buffer.
+    pub fn needs_room(&self) -> bool {
+        self.buf.len() - self.end < READ_CHUNK_SIZE
+    }
+
+    /// Gives back the memory of an idle connection: all of it if nothing is buffered,
+    /// else all but the partial message (moved to the front). A client that connects and
+    /// sends nothing, or stalls half way through a message, then holds only what it sent.
+    pub fn release_idle(&mut self) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        self.buf.truncate(self.end);
+        self.buf.shrink_to_fit();
+    }
+
+    /// Bytes of buffer this framer holds (for tests and accounting).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Ensures `READ_CHUNK_SIZE` initialised bytes are free after `end`.
     fn make_room(&mut self) {
         if self.start == self.end {
@@ -904,6 +930,33 @@ mod tests {
         // Emptied after big messages: the memory was handed back.
         framer.make_room();
         assert!(framer.buf.len() <= READ_CHUNK_SIZE);
+    }
+
+    #[test]
+    fn an_idle_framer_keeps_only_its_partial_message() {
+        let mut framer = StreamFramer::new(1024);
+        assert!(framer.needs_room());
+        assert_eq!(framer.capacity(), 0);
+        let mut stream = example_any();
+        let partial = &example_pk()[..10];
+        stream.extend_from_slice(partial);
+        let mut r = &stream[..];
+        framer.read_from(&mut r).unwrap();
+        assert!(framer.capacity() >= READ_CHUNK_SIZE);
+        assert_eq!(framer.next_frame(), Ok(Some(&example_any()[..])));
+        assert_eq!(framer.next_frame(), Ok(None));
+        framer.release_idle();
+        assert_eq!(framer.capacity(), partial.len());
+        assert_eq!(framer.buffered(), partial);
+        assert!(framer.needs_room());
+        // The rest of the message arrives later: the frame is whole again.
+        let mut rest = &example_pk()[10..];
+        framer.read_from(&mut rest).unwrap();
+        assert_eq!(framer.next_frame(), Ok(Some(&example_pk()[..])));
+        // Nothing buffered: all of it goes back.
+        framer.release_idle();
+        assert_eq!(framer.capacity(), 0);
+        assert!(framer.buffered().is_empty());
     }
 
     #[test]

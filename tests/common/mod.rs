@@ -33,6 +33,7 @@ use tempfile::TempDir;
 
 pub mod proxy;
 pub mod raw_fetch;
+pub mod threads;
 #[allow(unused_imports)]
 pub use raw_fetch::*;
 
@@ -1851,10 +1852,15 @@ const SPECIAL_PARTITION_KEYS: [i32; 8] = [0, 1, 2, 5, -1, -2, i32::MIN, i32::MAX
 
 /// `n` stream-input messages for `topic`, ids 0.. and values `<ID> topic`, any partition.
 pub fn stream_msgs(topic: &str, n: u32) -> Vec<TestMsg> {
-    (0..n)
+    msgs_through(Input::Stream, topic, 0, n)
+}
+
+/// [`stream_msgs`] with ids `first..first + n`, through `input`.
+pub fn msgs_through(input: Input, topic: &str, first: u32, n: u32) -> Vec<TestMsg> {
+    (first..first + n)
         .map(|id| TestMsg {
             id,
-            input: Input::Stream,
+            input,
             route: Route::AnyPartition,
             topic: topic.to_string(),
             ts: now_ms(),
