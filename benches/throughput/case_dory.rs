@@ -383,6 +383,12 @@ pub fn run_daemon(
         extra.insert("clients".into(), json!(per_client.len()));
         extra.insert("client_min_msgs_per_s".into(), json!(lo));
         extra.insert("client_max_msgs_per_s".into(), json!(hi));
+        let mut sorted = per_client.clone();
+        sorted.sort_by(f64::total_cmp);
+        extra.insert(
+            "client_median_msgs_per_s".into(),
+            json!(sorted[sorted.len() / 2]),
+        );
     }
     if let Some(s) = &timed_scrapes {
         let mut ms = s.ms.clone();

@@ -11,6 +11,7 @@
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -82,11 +83,13 @@ pub fn send(
         let conn = if c < clients.unix {
             let s = UnixStream::connect(unix_path)?;
             s.set_write_timeout(Some(stall))?;
+            small_send_buffer(s.as_raw_fd())?;
             Conn::Unix(s)
         } else {
             let s = TcpStream::connect_timeout(&tcp, stall)?;
             s.set_write_timeout(Some(stall))?;
             s.set_nodelay(true)?;
+            small_send_buffer(s.as_raw_fd())?;
             Conn::Tcp(s)
         };
         conns.push(conn);
@@ -135,6 +138,29 @@ pub fn send(
         },
         per_client,
     })
+}
+
+/// What a client may have written that dory has not read yet, at most: the kernel's send
+/// buffer, kept small so that a client's rate is dory's reading of it, not how fast the
+/// kernel buffers its share (the default buffers would hold a whole share of a short run).
+const SEND_BUFFER: libc::c_int = 32 << 10;
+
+fn small_send_buffer(fd: RawFd) -> io::Result<()> {
+    // SAFETY: setsockopt reads a c_int we own, of the size we pass.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&SEND_BUFFER as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Client `c` of `of`: messages `c, c + of, …` below `load.count`, `per_call` per write.

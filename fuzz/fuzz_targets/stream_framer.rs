@@ -1,6 +1,7 @@
 //! Fuzzes the stream framer with arbitrary bytes split at arbitrary points: it must never
 //! panic, never hold more than a bounded buffer, and yield frames that start with their
-//! own size.
+//! own size; an idle connection's buffer given back (`release_idle`, at points the input
+//! picks) keeps exactly the partial message.
 #![no_main]
 
 use std::io::Read;
@@ -30,7 +31,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let max = 64 + usize::from(first) * 64;
     let mut framer = StreamFramer::new(max);
-    let mut src = Pieces { data: rest, step: usize::from(first % 13) + 1 };
+    let mut src = Pieces {
+        data: rest,
+        step: usize::from(first % 13) + 1,
+    };
     loop {
         match framer.read_from(&mut src) {
             Ok(0) | Err(_) => return,
@@ -49,5 +53,11 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         assert!(framer.buffered().len() <= max + 4 + 64 * 1024);
+        if src.step % 5 == 0 {
+            let partial = framer.buffered().to_vec();
+            framer.release_idle();
+            assert_eq!(framer.buffered(), &partial[..]);
+            assert_eq!(framer.capacity(), partial.len());
+        }
     }
 });
