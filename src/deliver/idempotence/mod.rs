@@ -297,6 +297,11 @@ impl<B: Sealable> Sequencer<B> {
                 self.in_flight += 1;
                 out.push(b);
             }
+            if p.queued.is_empty() {
+                // Give the buffer back: with many partitions most sit empty between
+                // batches (about 190 bytes each, 7.7 MB at 40,000 partitions).
+                p.queued.shrink_to_fit();
+            }
             if p.queued.is_empty() || p.window.len() >= MAX_IN_FLIGHT_PER_PARTITION {
                 // Nothing left, or the window is full: an ack marks it again.
                 self.dirty.remove(&k);
@@ -353,6 +358,10 @@ impl<B: Sealable> Sequencer<B> {
         }
         while p.window.front().is_some_and(|e| e.1) {
             p.window.pop_front();
+        }
+        if p.window.is_empty() {
+            // As for `queued` in `ready`: most partitions' windows are empty between batches.
+            p.window.shrink_to_fit();
         }
     }
 

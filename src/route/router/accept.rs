@@ -14,10 +14,22 @@ use crate::route::rate_limit::RateLimiter;
 use std::time::Instant;
 
 impl Router {
+    /// Makes room for topic id `i`. The slots grow by an eighth (at least 1,024) rather
+    /// than doubling: a slot is a few hundred bytes, and doubling left up to half of them
+    /// unused (2 MB at 10,000 topics); an eighth still moves each slot only a few times.
+    fn grow_topics(&mut self, i: usize) {
+        let len = self.topics.len();
+        if self.topics.capacity() <= i {
+            let want = (i + 1).max(len + (len / 8).max(1024));
+            self.topics.reserve_exact(want - len);
+        }
+        self.topics.resize_with(i + 1, TopicSlot::default);
+    }
+
     pub(super) fn slot(&mut self, t: TopicId) -> &mut TopicSlot {
         let i = t as usize;
         if self.topics.len() <= i {
-            self.topics.resize_with(i + 1, TopicSlot::default);
+            self.grow_topics(i);
         }
         &mut self.topics[i]
     }
@@ -28,7 +40,7 @@ impl Router {
         let metrics = self.metrics;
         let i = t as usize;
         if self.topics.len() <= i {
-            self.topics.resize_with(i + 1, TopicSlot::default);
+            self.grow_topics(i);
         }
         let slot = &mut self.topics[i];
         if slot.generation != generation || slot.view.is_none() {
