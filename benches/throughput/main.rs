@@ -14,6 +14,11 @@
 //!   without polling, and `recv`, one blocking call per datagram, on request);
 //! - `sink`: the real dory daemon delivering to a minimal counting Kafka broker kept in
 //!   this benchmark (`sink.rs`), which isolates the daemon's own cost;
+//! - `sink-scraped`: the same while `/metrics` is fetched (gzip) once a second
+//!   (`scraper.rs`): the scrape's time and what it costs the input;
+//! - `stream-one` and `stream-many`: the same messages through dory's stream inputs, from
+//!   one UNIX stream client or from `--clients` UNIX stream and `--clients` TCP clients at
+//!   once (`stream_sender.rs`), with each client's rate;
 //! - `tansu`: dory delivering to Tansu, a real Kafka-compatible broker (in-memory storage);
 //! - `rdkafka`: no dory: the application links librdkafka and produces the same messages
 //!   straight to the counting sink, in a process of its own (`rdk.rs`), with dory's
