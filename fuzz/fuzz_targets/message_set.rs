@@ -14,9 +14,7 @@ fn reseal(set: &mut [u8]) {
     let mut at = 0;
     while set.len() >= at + 16 {
         let size = i32::from_be_bytes([set[at + 8], set[at + 9], set[at + 10], set[at + 11]]);
-        let Ok(size) = usize::try_from(size) else {
-            return;
-        };
+        let Ok(size) = usize::try_from(size) else { return };
         let body = at + 12;
         if size < 4 || set.len() < body + size {
             return;
@@ -43,12 +41,7 @@ fuzz_target!(|data: &[u8]| {
     for m in &msgs {
         let magic = if m.magic == 0 { Magic::V0 } else { Magic::V1 };
         let mut w = MessageSetWriter::begin(magic, none, &mut scratch);
-        w.append(
-            &mut buf,
-            m.timestamp.unwrap_or(0),
-            m.key.as_deref(),
-            m.value.as_deref(),
-        );
+        w.append(&mut buf, m.timestamp.unwrap_or(0), m.key.as_deref(), m.value.as_deref());
         let _ = w.finish(&mut buf, &scratch, 100);
     }
     let again = decode_message_set(&buf, 1 << 20).expect("writer output decodes");

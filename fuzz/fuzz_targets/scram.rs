@@ -5,7 +5,9 @@
 //! mostly finds small ones.
 #![no_main]
 
-use dory::kafka::sasl::{decode_authenticate, parse_server_final, Mechanism, ScramClient, Secret};
+use dory::kafka::sasl::{
+    decode_authenticate, parse_server_final, Mechanism, ScramClient, Secret,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -13,18 +13,12 @@ fn check(area: &[u8], id: u64) {
     scan(area, id, |s| match s {
         Scan::Record { offset, rec } => {
             buf.clear();
-            assert!(
-                encode_record(&rec, &mut buf),
-                "a record read back re-encodes"
-            );
+            assert!(encode_record(&rec, &mut buf), "a record read back re-encodes");
             seal_record(&mut buf, id);
             assert_eq!(&area[offset..offset + buf.len()], &buf[..], "same bytes");
         }
         Scan::Skipped { offset, len, .. } => {
-            assert!(
-                len > 0 && offset + len <= area.len(),
-                "skipped range inside"
-            );
+            assert!(len > 0 && offset + len <= area.len(), "skipped range inside");
         }
     });
 }
