@@ -382,14 +382,6 @@ impl StreamFramer {
         &self.buf[self.start..self.end]
     }
 
-    /// Whether the next [`read_from`](Self::read_from) would first have to grow the
-    /// buffer: true for a new framer and after [`release_idle`](Self::release_idle). A
-    /// caller waits for the socket to be readable first, so that a connection that sends
-    /// nothing holds no buffer.
-    pub fn needs_room(&self) -> bool {
-        self.buf.len() - self.end < READ_CHUNK_SIZE
-    }
-
     /// Gives back the memory of an idle connection: all of it if nothing is buffered,
     /// else all but the partial message (moved to the front). A client that connects and
     /// sends nothing, or stalls half way through a message, then holds only what it sent.
@@ -935,7 +927,6 @@ mod tests {
     #[test]
     fn an_idle_framer_keeps_only_its_partial_message() {
         let mut framer = StreamFramer::new(1024);
-        assert!(framer.needs_room());
         assert_eq!(framer.capacity(), 0);
         let mut stream = example_any();
         let partial = &example_pk()[..10];
@@ -948,7 +939,8 @@ mod tests {
         framer.release_idle();
         assert_eq!(framer.capacity(), partial.len());
         assert_eq!(framer.buffered(), partial);
-        assert!(framer.needs_room());
+        // No room left: the next read takes a fresh chunk.
+        assert!(framer.buf.len() - framer.end < READ_CHUNK_SIZE);
         // The rest of the message arrives later: the frame is whole again.
         let mut rest = &example_pk()[10..];
         framer.read_from(&mut rest).unwrap();
