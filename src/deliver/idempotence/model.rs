@@ -313,7 +313,7 @@ impl World {
             Fault::ForgetsProducer
                 if !s.uncertain
                     && self.wire[i].iter().all(VecDeque::is_empty)
-                    && self.seq.parts[&k].held.is_empty() =>
+                    && self.seq.parts[&k].held().is_empty() =>
             {
                 self.brokers[i].producers.clear();
                 self.answer(b, false);
