@@ -9,6 +9,7 @@
 //! per topic, and `/metrics?topic=NAME` does so for one topic. At 10,000 topics that is
 //! 1.7 MB a scrape instead of 17 MB (91 kB gzipped).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -34,8 +35,13 @@ pub(super) fn health(m: &Metrics) -> Reply {
 }
 
 /// A label value escaped per the text exposition format; non-UTF-8 bytes become U+FFFD.
-fn label(raw: &[u8]) -> String {
+/// Borrowed when nothing needs escaping (nearly every topic name): a scrape at 10,000
+/// topics then makes no copy of the names.
+fn label(raw: &[u8]) -> Cow<'_, str> {
     let s = String::from_utf8_lossy(raw);
+    if !s.contains(['\\', '"', '\n']) {
+        return s;
+    }
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -45,7 +51,7 @@ fn label(raw: &[u8]) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// What one scrape breaks down per topic.
@@ -70,7 +76,7 @@ pub(super) fn prometheus(m: &Metrics, scope: Scope<'_>) -> Option<String> {
             (true, Some(name))
         }
     };
-    let labels: Vec<String> = topics.iter().map(|t| label(&t.name)).collect();
+    let labels: Vec<Cow<'_, str>> = topics.iter().map(|t| label(&t.name)).collect();
     let mut out = String::new();
 
     family(&mut out, "dory_up", "gauge", "Whether the daemon is up.");
@@ -247,7 +253,7 @@ fn per_topic_or_sum(
     out: &mut String,
     name: &str,
     topics: &[TopicSnapshot],
-    labels: &[String],
+    labels: &[Cow<'_, str>],
     detail: bool,
     value: impl Fn(&TopicSnapshot) -> u64,
 ) {
@@ -396,7 +402,7 @@ fn prometheus_latency(
     out: &mut String,
     m: &Metrics,
     topics: &[TopicSnapshot],
-    labels: &[String],
+    labels: &[Cow<'_, str>],
     detail: bool,
 ) {
     let name = "dory_delivery_latency_seconds";
@@ -462,7 +468,7 @@ fn histogram_series(out: &mut String, name: &str, labels: &str, h: &LatencySnaps
 /// with `detail` false, no per-topic commit points, the oldest age over all topics and the
 /// late arrivals summed.
 fn prometheus_commit_points(out: &mut String, p: &Points, detail: bool) {
-    let with_labels: Vec<(&TopicPoint, String)> =
+    let with_labels: Vec<(&TopicPoint, Cow<'_, str>)> =
         p.topics.iter().map(|t| (t, label(&t.name))).collect();
     let name = "dory_commit_point_timestamp_seconds";
     family(
@@ -583,6 +589,8 @@ mod tests {
             );
         }
         assert_eq!(label(b"a\xffb"), "a\u{fffd}b");
+        assert_eq!(label(b"a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert!(matches!(label(b"plain.topic-1"), Cow::Borrowed(_)));
     }
 
     #[test]
