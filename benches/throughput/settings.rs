@@ -103,6 +103,13 @@ fn dory_bin(o: &Opts) -> Result<PathBuf, String> {
         return Ok(p.clone());
     }
     if let Some(p) = option_env!("CARGO_BIN_EXE_dory") {
+        // Cargo builds this binary with the dev-dependencies' features unified in: it is
+        // not the one `cargo build --release` (and the .deb) ships, and uses 2-3 MiB more
+        // memory (doc/performance.md, round thirteen).
+        eprintln!(
+            "note: measuring the dory that cargo built for this bench ({p}); for the \
+             shipped build's memory, `cargo build --release` and pass a copy with --dory"
+        );
         return Ok(PathBuf::from(p));
     }
     std::env::var_os("DORY_BIN")
