@@ -143,7 +143,8 @@ impl<B: Sealable> Part<B> {
             .is_some_and(|r| r.rewind.is_some() || !r.held.is_empty())
     }
 
-    fn resend(&mut self) -> &mut Resend<B> {
+    /// The resend state, allocated if there is none yet.
+    fn resend_mut(&mut self) -> &mut Resend<B> {
         self.resend.get_or_insert_with(|| {
             Box::new(Resend {
                 held: Vec::new(),
@@ -302,7 +303,7 @@ impl<B: Sealable> Sequencer<B> {
                     continue;
                 }
                 p.sort_held();
-                if let Some(base) = p.resend().rewind.take() {
+                if let Some(base) = p.resend_mut().rewind.take() {
                     p.reseal_held(producer_id, epoch, base);
                 }
                 let mut held = p.take_held();
@@ -420,7 +421,7 @@ impl<B: Sealable> Sequencer<B> {
                 b.set_seq(Some(s));
             }
         }
-        let r = self.parts.entry(k).or_default().resend();
+        let r = self.parts.entry(k).or_default().resend_mut();
         if let Some(t) = not_before {
             r.not_before = Some(r.not_before.map_or(t, |x| x.max(t)));
         }
@@ -443,7 +444,7 @@ impl<B: Sealable> Sequencer<B> {
             Some(r) if p.age(r) >= p.age(seq.base) => r,
             _ => seq.base,
         };
-        p.resend().rewind = Some(rewind);
+        p.resend_mut().rewind = Some(rewind);
         self.dirty.insert(k);
     }
 
@@ -719,22 +720,19 @@ pub(super) mod tests {
     fn a_partition_entry_stays_small_and_frees_its_resend_state() {
         // One entry per partition: 40,000 at 10,000 topics of 4 partitions.
         assert!(std::mem::size_of::<Part<TB>>() <= 88);
-        let mut s: Sequencer<TB> = Sequencer::new();
-        s.id_request_due();
-        s.producer_ready(1, 0, |_| {});
-        s.submit(TB {
-            part: (1, 0),
-            ids: vec![0],
-            seq: None,
-        });
+        let (mut s, b0, b1) = two_sealed((1, 0), vec![0], vec![1]);
+        for b in [b0, b1] {
+            s.on_back((1, 0));
+            s.hold(b, None, false);
+        }
+        assert!(s.parts[&(1, 0)].resend.is_some());
         let mut out = Vec::new();
         s.ready(Instant::now(), |_| true, &mut out);
-        s.on_back((1, 0));
-        s.hold(out.pop().unwrap(), None, false);
-        assert!(s.parts[&(1, 0)].resend.is_some());
-        s.ready(Instant::now(), |_| true, &mut out);
-        assert_eq!(out.len(), 1, "the held batch goes again");
-        assert!(s.parts[&(1, 0)].resend.is_none(), "and its state is freed");
+        assert_eq!(out.len(), 2, "the held batches go again");
+        assert!(
+            s.parts[&(1, 0)].resend.is_none(),
+            "and their state is freed"
+        );
     }
 
     #[test]
