@@ -229,6 +229,11 @@ impl InputCtx {
         for lease in leases.0.iter().flatten() {
             lease.prefetch();
         }
+        // And each topic's counters, written when the batch is counted in (`flush`): with
+        // thousands of topics they are cold.
+        for a in admitted.clone() {
+            self.metrics.prefetch_topic(a.topic);
+        }
         for (i, &a) in admitted.enumerate() {
             let lease = leases.0[i].take();
             self.take(a, lease, out);

@@ -99,6 +99,17 @@ impl OpenBatch {
         }
     }
 
+    /// Hints the slot the next message will be written to (nothing before the batch's
+    /// first message reserves one).
+    #[inline]
+    pub fn prefetch_next(&self) {
+        if self.msgs.len() < self.msgs.capacity() {
+            // One past the last message, inside the reservation: a hint, never read.
+            let slot = self.msgs.as_ptr().wrapping_add(self.msgs.len());
+            crate::prefetch::bytes(slot, std::mem::size_of::<Msg>());
+        }
+    }
+
     fn take_nonempty(&mut self) -> Option<Vec<Msg>> {
         (!self.msgs.is_empty()).then(|| self.take())
     }
@@ -185,6 +196,24 @@ mod tests {
         let e = b.add(msg(p, 10, now), &limits(None, None, None), 1_000_000, now);
         assert!(e.alone.is_some() && e.batch.is_none());
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn hinting_the_next_slot_changes_nothing() {
+        let p = pool();
+        let now = Instant::now();
+        let l = limits(None, Some(3), None);
+        let mut b = OpenBatch::default();
+        // Nothing reserved yet, then a slot inside the reservation, then a full one.
+        b.prefetch_next();
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        b.prefetch_next();
+        assert_eq!(b.len(), 1);
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        b.msgs.shrink_to_fit();
+        b.prefetch_next();
+        let e = b.add(msg(p, 1, now), &l, 1_000_000, now);
+        assert_eq!(e.batch.map(|v| v.len()), Some(3));
     }
 
     #[test]

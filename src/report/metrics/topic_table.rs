@@ -112,6 +112,22 @@ impl TopicTable {
         }
     }
 
+    /// Starts loading the lines of `id`'s slot that counting a message in and out of the
+    /// queue states writes (see [`crate::prefetch`]): with thousands of topics a topic's
+    /// slot is cold by the time it comes round again. Nothing happens for an id without a
+    /// slot.
+    #[inline]
+    pub(super) fn prefetch(&self, id: TopicId) {
+        let i = id as usize;
+        let Some(seg) = self.segments.get(i / SEGMENT).and_then(OnceLock::get) else {
+            return;
+        };
+        let s = &seg[i % SEGMENT];
+        crate::prefetch::line(&s.name);
+        crate::prefetch::line(&s.received);
+        crate::prefetch::bytes(&s.queued, std::mem::size_of_val(&s.queued));
+    }
+
     pub(super) fn max_topics(&self) -> usize {
         self.max_topics
     }

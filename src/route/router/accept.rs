@@ -26,6 +26,19 @@ impl Router {
         self.topics.resize_with(i + 1, TopicSlot::default);
     }
 
+    /// Starts loading what routing a message of topic `t` touches first: its slot and its
+    /// counters. With thousands of topics, a topic comes round again only after thousands
+    /// of other messages, and all of it is cold by then (doc/performance.md, "Round
+    /// fourteen"); an input batch's topics are hinted before the first is routed, so the
+    /// loads overlap instead of each stalling in turn.
+    #[inline]
+    fn prefetch_topic(&self, t: TopicId) {
+        if let Some(s) = self.topics.get(t as usize) {
+            crate::prefetch::bytes(s, std::mem::size_of::<TopicSlot>());
+        }
+        self.metrics.prefetch_topic(t);
+    }
+
     pub(super) fn slot(&mut self, t: TopicId) -> &mut TopicSlot {
         let i = t as usize;
         if self.topics.len() <= i {
@@ -77,7 +90,17 @@ impl Router {
         for m in msgs.iter() {
             match runs.last_mut() {
                 Some((t, n)) if *t == m.topic => *n += 1,
-                _ => runs.push((m.topic, 1)),
+                _ => {
+                    runs.push((m.topic, 1));
+                    self.prefetch_topic(m.topic);
+                }
+            }
+        }
+        // Where each run's first message goes in its open batch, once the slots (above)
+        // are on their way.
+        for &(t, _) in &runs {
+            if let Some(s) = self.topics.get(t as usize) {
+                s.open.prefetch_next();
             }
         }
         let mut rest = msgs.drain(..);
