@@ -32,7 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // Counting and status pages: everyone reports to it; it imports no thread role.
     (
         "report",
-        &["config", "latency", "pipeline", "pool", "spool"],
+        &["config", "latency", "pipeline", "pool", "prefetch", "spool"],
     ),
     ("notify", &["report"]),
     // The threads, upstream to downstream.
