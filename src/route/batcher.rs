@@ -94,9 +94,7 @@ impl OpenBatch {
         self.msgs.push(m);
         // The next message's slot, written when this key gets its next message: with many
         // keys that is long after this one, and the slot's memory is cold.
-        if let Some(slot) = self.msgs.spare_capacity_mut().first() {
-            crate::prefetch::bytes(slot, std::mem::size_of_val(slot));
-        }
+        self.prefetch_next();
     }
 
     /// Hints the slot the next message will be written to (nothing before the batch's

@@ -97,16 +97,20 @@ impl TopicTable {
         self.segments[index].get_or_init(|| (0..SEGMENT).map(|_| TopicStats::default()).collect())
     }
 
+    /// The slot of `id` if its segment exists, set up or not.
+    #[inline]
+    fn slot(&self, id: TopicId) -> Option<&TopicStats> {
+        let i = id as usize;
+        self.segments
+            .get(i / SEGMENT)
+            .and_then(OnceLock::get)
+            .map(|seg| &seg[i % SEGMENT])
+    }
+
     /// The slot of `id`. An id never handed out is a caller bug; it falls back to `NO_TOPIC`
     /// so that its messages are still counted consistently.
     pub(super) fn stats(&self, id: TopicId) -> &TopicStats {
-        let i = id as usize;
-        let slot = self
-            .segments
-            .get(i / SEGMENT)
-            .and_then(OnceLock::get)
-            .map(|seg| &seg[i % SEGMENT]);
-        match slot {
+        match self.slot(id) {
             Some(s) if s.name.get().is_some() => s,
             _ => &self.segment(0)[0],
         }
@@ -118,11 +122,9 @@ impl TopicTable {
     /// slot.
     #[inline]
     pub(super) fn prefetch(&self, id: TopicId) {
-        let i = id as usize;
-        let Some(seg) = self.segments.get(i / SEGMENT).and_then(OnceLock::get) else {
+        let Some(s) = self.slot(id) else {
             return;
         };
-        let s = &seg[i % SEGMENT];
         crate::prefetch::line(&s.name);
         crate::prefetch::line(&s.received);
         crate::prefetch::bytes(&s.queued, std::mem::size_of_val(&s.queued));
