@@ -51,7 +51,8 @@ pub struct Pool {
     /// `blocks * BLOCK_SIZE` initialised bytes, leaked: valid for the life of the process.
     arena: NonNull<u8>,
     /// `next[b]` is the block after `b` in its lease's chain (set for all but a chain's
-    /// last block; meaningless for free blocks).
+    /// last block; meaningless for free blocks and for a chain's last block, and zero
+    /// until first set: chains are walked by length, never to a terminator).
     /// Atomic only so that sharing the array needs no unsafe code; every access is `Relaxed`
     /// because ordering comes from the free-list mutex and from handing leases over channels.
     next: Box<[AtomicU32]>,
@@ -73,6 +74,25 @@ struct FreeList {
 unsafe impl Send for Pool {}
 // SAFETY: as for `Send` above.
 unsafe impl Sync for Pool {}
+
+/// `n` links, all zero, allocated zeroed so that the allocator may hand out fresh pages it
+/// knows are zero (a large `calloc` is a new mapping, committed only where written).
+/// `None` if the memory cannot be had.
+fn zeroed_links(n: usize) -> Option<Box<[AtomicU32]>> {
+    if n == 0 {
+        return Some(Box::new([]));
+    }
+    let layout = std::alloc::Layout::array::<AtomicU32>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (`n > 0`, and `AtomicU32` is 4 bytes).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU32>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of `[AtomicU32; n]`,
+    // which is the layout `Box<[AtomicU32]>` of length `n` frees with; every byte is zero,
+    // and an all-zero `AtomicU32` (same layout as `u32`) is a valid value, 0.
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
+}
 
 impl Pool {
     /// Size of one block; every message occupies at least one.
@@ -98,9 +118,10 @@ impl Pool {
         arena.try_reserve_exact(bytes).map_err(alloc_err)?;
         // Writing every byte commits every page now (see `FILL`).
         arena.resize(bytes, FILL);
-        let mut next: Vec<AtomicU32> = Vec::new();
-        next.try_reserve_exact(blocks).map_err(alloc_err)?;
-        next.extend((0..blocks).map(|_| AtomicU32::new(NIL)));
+        // Not written now: a link is set only when a message takes more than one block,
+        // and the pages of links never set stay unmapped zero pages (4 MiB per 128 MiB of
+        // pool that messages of up to 128 bytes never commit).
+        let next = zeroed_links(blocks).ok_or(PoolError::Alloc { bytes })?;
         // Every block free, handed out in order: 0, 1, 2, ...
         let mut queue = VecDeque::new();
         queue.try_reserve_exact(blocks).map_err(alloc_err)?;
@@ -110,7 +131,7 @@ impl Pool {
             .expect("Box::into_raw never returns null");
         Ok(Box::leak(Box::new(Pool {
             arena,
-            next: next.into_boxed_slice(),
+            next,
             blocks,
             free: Mutex::new(FreeList { queue }),
             free_blocks: AtomicUsize::new(blocks),
