@@ -11,7 +11,8 @@
 # usage: scripts/callgrind-per-message.sh [TOPICS] [MESSAGES] [DORY_BINARY]
 #   DORY_BINARY defaults to target/release/dory (built first). Needs valgrind
 #   (apt-get install valgrind). The profiles, one per thread, are kept in
-#   target/callgrind/BINARY-TOPICS-topics/.
+#   target/callgrind/BINARY-TOPICS-topics/. CALLGRIND_ARGS adds valgrind options, e.g.
+#   CALLGRIND_ARGS=--cache-sim=yes to count cache misses too (callgrind_annotate reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 topics=${1:-1}
@@ -29,7 +30,7 @@ wrapper=$(mktemp)
 trap 'rm -f "$wrapper"' EXIT
 cat >"$wrapper" <<EOF
 #!/bin/sh
-exec valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=$out/cg.out.%p $dory "\$@"
+exec valgrind --tool=callgrind ${CALLGRIND_ARGS:-} --separate-threads=yes --callgrind-out-file=$out/cg.out.%p $dory "\$@"
 EOF
 chmod +x "$wrapper"
 cargo bench --bench throughput -- --dory "$wrapper" --targets sink --topics "$topics" \
