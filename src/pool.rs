@@ -50,9 +50,10 @@ pub enum PoolError {
 pub struct Pool {
     /// `blocks * BLOCK_SIZE` initialised bytes, leaked: valid for the life of the process.
     arena: NonNull<u8>,
-    /// `next[b]` is the block after `b` in its lease's chain (set for all but a chain's
-    /// last block; meaningless for free blocks and for a chain's last block, and zero
-    /// until first set: chains are walked by length, never to a terminator).
+    /// `next[b]` is the block after `b` in its lease's chain, set for all but a chain's
+    /// last block. Chains are walked by their length, never to a terminator, so the link
+    /// of a free block or of a chain's last block is never read (and is zero until first
+    /// set).
     /// Atomic only so that sharing the array needs no unsafe code; every access is `Relaxed`
     /// because ordering comes from the free-list mutex and from handing leases over channels.
     next: Box<[AtomicU32]>,
