@@ -1,6 +1,6 @@
 //! The shape of the source tree, checked: which top-level modules of `src/` import which
-//! (no circle, and no role importing a role it must not), and no file under `src/` or
-//! `benches/` past 1,100 lines. `cargo test --test structure -- --nocapture` prints the
+//! (no circle, and no role importing a role it must not), and no file under `src/`,
+//! `benches/` or `tests/` past 1,100 lines. `cargo test --test structure -- --nocapture` prints the
 //! import edges; doc/architecture.md explains the rules.
 //!
 //! An import is any path naming another top-level module: `crate::x`, a `crate::{x, y}`
@@ -444,6 +444,7 @@ fn no_source_file_is_longer_than_the_limit() {
     let mut files = Vec::new();
     rust_files(&root().join("src"), &mut files);
     rust_files(&root().join("benches"), &mut files);
+    rust_files(&root().join("tests"), &mut files);
     assert!(files.len() > 20, "found the sources: {}", files.len());
     let mut long: Vec<(usize, String)> = files
         .iter()
