@@ -101,7 +101,15 @@ pub fn watchdog_interval(
 pub fn summary(m: &Metrics, problems: &[Problem]) -> String {
     let state = match m.health() {
         Health::Starting => return "starting: opening inputs".into(),
-        Health::InputsOpen => return "starting: inputs open, waiting for metadata".into(),
+        Health::InputsOpen => {
+            return match m.metadata_failure() {
+                Some((_, failures)) => format!(
+                    "starting: inputs open, waiting for metadata ({failures} failed; /health \
+                     has the last reason)"
+                ),
+                None => "starting: inputs open, waiting for metadata".into(),
+            }
+        }
         Health::Ready if problems.is_empty() => "ready".to_string(),
         Health::Ready => format!(
             "unhealthy ({})",

@@ -178,7 +178,8 @@ fn notifies_ready_status_watchdog_and_stopping() {
 fn not_ready_without_metadata() {
     // Nothing listens on the broker port: inputs open, metadata never comes.
     let notify = NotifySocket::bind();
-    let mut args = DoryArgs::new([format!("127.0.0.1:{}", free_port())]);
+    let broker = format!("127.0.0.1:{}", free_port());
+    let mut args = DoryArgs::new([broker.clone()]);
     args.env = vec![("NOTIFY_SOCKET".into(), notify.path.display().to_string())];
     let t0 = Instant::now();
     let mut dory = Dory::start(args);
@@ -200,6 +201,25 @@ fn not_ready_without_metadata() {
         "READY=1 without metadata: {:?}",
         texts(&notify.messages())
     );
+    // Why: /health names the broker and its error, and counts the failed fetches.
+    let health = poll_until("/health to give the reason", WAIT, || {
+        let (code, body) = dory.http_get("/health");
+        let named = body.contains(&format!("the last: {broker}: "));
+        if code == 503 && named && body.contains("failed in a row") {
+            Ok(body)
+        } else {
+            Err(format!("{code} {body:?}"))
+        }
+    });
+    assert!(
+        health.starts_with("not ready: waiting for the first metadata fetch\n"),
+        "{health:?}"
+    );
+    notify.wait_for("the status to count the failures", WAIT, |m| {
+        m.contains("STATUS=starting: inputs open, waiting for metadata (")
+            && m.contains("failed; /health has the last reason)")
+    });
+    println!("/health without a broker: {}", health.trim_end());
     // No WATCHDOG_USEC: no pings.
     assert!(notify
         .messages()

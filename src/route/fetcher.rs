@@ -136,13 +136,16 @@ impl Fetcher {
             match self.fetch_from(b, req) {
                 Ok(md) => {
                     self.metrics.inc(Counter::GetMetadataSuccess);
+                    self.metrics.metadata_fetch_succeeded();
                     return Ok(md);
                 }
                 Err(e) => errors.push(format!("{b}: {e}")),
             }
         }
         self.metrics.inc(Counter::GetMetadataFail);
-        Err(errors.join("; "))
+        let why = errors.join("; ");
+        self.metrics.metadata_fetch_failed(&why);
+        Err(why)
     }
 
     /// Asks the brokers in turn for a producer id (or an epoch bump). Any broker answers

@@ -197,7 +197,14 @@ pub struct Metrics {
     spool: SpoolStats,
     /// Brokers refusing us for TLS or SASL reasons, for `/health`.
     security: Mutex<SecurityState>,
+    /// While metadata fetches fail with none succeeding since: the last one's reason and
+    /// how many failed in a row, for `/health`.
+    metadata_failure: Mutex<Option<(String, u64)>>,
 }
+
+/// Longest reason [`Metrics::metadata_fetch_failed`] keeps (one line per broker tried can
+/// add up with many bootstrap brokers).
+const METADATA_FAILURE_MAX: usize = 1_000;
 
 /// Per broker address (`host:port`): why it refuses us, or that it last let us in.
 #[derive(Default)]
@@ -239,6 +246,7 @@ impl Metrics {
             liveness: crate::report::liveness::Liveness::new(),
             spool: SpoolStats::default(),
             security: Mutex::new(SecurityState::default()),
+            metadata_failure: Mutex::new(None),
         }
     }
 
@@ -297,6 +305,45 @@ impl Metrics {
             return None;
         }
         Some(s.failing.values().cloned().collect::<Vec<_>>().join("\n"))
+    }
+
+    // ----- metadata fetches -----
+
+    /// A metadata fetch failed at every broker it tried; `why` names each broker and its
+    /// error. Kept, cut to [`METADATA_FAILURE_MAX`] bytes, until a fetch succeeds.
+    pub fn metadata_fetch_failed(&self, why: &str) {
+        let mut end = why.len().min(METADATA_FAILURE_MAX);
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        let why = if end < why.len() {
+            format!("{}…", &why[..end])
+        } else {
+            why.to_owned()
+        };
+        let mut f = self
+            .metadata_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let failures = f.as_ref().map_or(0, |(_, n)| *n).saturating_add(1);
+        *f = Some((why, failures));
+    }
+
+    /// A metadata fetch succeeded: what [`Metrics::metadata_fetch_failed`] kept is cleared.
+    pub fn metadata_fetch_succeeded(&self) {
+        *self
+            .metadata_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// While metadata fetches fail and none has succeeded since: the last one's reason and
+    /// how many failed in a row.
+    pub fn metadata_failure(&self) -> Option<(String, u64)> {
+        self.metadata_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     // ----- the idempotent producer -----
@@ -714,6 +761,36 @@ pub(crate) fn now_secs() -> u64 {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn metadata_failures_count_up_until_a_fetch_succeeds() {
+        let m = Metrics::new(MetricsConfig::default());
+        assert_eq!(m.metadata_failure(), None);
+        m.metadata_fetch_failed("a:9092: connection refused");
+        m.metadata_fetch_failed("b:9092: timed out");
+        assert_eq!(m.metadata_failure(), Some(("b:9092: timed out".into(), 2)));
+        m.metadata_fetch_succeeded();
+        assert_eq!(m.metadata_failure(), None);
+        m.metadata_fetch_failed("c:9092: refused");
+        assert_eq!(m.metadata_failure(), Some(("c:9092: refused".into(), 1)));
+    }
+
+    #[test]
+    fn a_long_metadata_failure_is_cut_on_a_character_boundary() {
+        let m = Metrics::new(MetricsConfig::default());
+        // 'é' is two bytes: the cut at METADATA_FAILURE_MAX falls inside one.
+        let long = format!("x{}", "é".repeat(METADATA_FAILURE_MAX));
+        m.metadata_fetch_failed(&long);
+        let (why, n) = m.metadata_failure().expect("kept");
+        assert_eq!(n, 1);
+        assert!(why.ends_with('…'), "{why}");
+        assert!(
+            why.len() <= METADATA_FAILURE_MAX + '…'.len_utf8(),
+            "{}",
+            why.len()
+        );
+        assert!(long.starts_with(why.trim_end_matches('…')));
+    }
 
     fn metrics() -> Metrics {
         Metrics::new(MetricsConfig {

@@ -432,10 +432,22 @@ mod tests {
         assert_eq!(r.status, 404);
         assert_eq!(r.body, "message debug logging is not configured\n");
         assert_eq!(handle(&m, &c, "GET", "/health", now).status, 503);
+        m.set_health(Health::InputsOpen);
+        m.metadata_fetch_failed("b1:9092: connection refused; b2:9092: timed out");
+        m.metadata_fetch_failed("b1:9092: connection refused; b2:9092: timed out");
+        let r = handle(&m, &c, "GET", "/health", now);
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (
+                503,
+                "not ready: waiting for the first metadata fetch\n2 fetches failed in a row, \
+                 the last: b1:9092: connection refused; b2:9092: timed out\n"
+            )
+        );
         m.set_health(Health::Ready);
         let r = handle(&m, &c, "GET", "/health", now);
         assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
-        assert_eq!(m.get(Counter::MongooseHttpRequest), 11);
+        assert_eq!(m.get(Counter::MongooseHttpRequest), 12);
         assert_eq!(m.get(Counter::MongooseGetCountersRequest), 1);
     }
 

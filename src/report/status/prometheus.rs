@@ -26,10 +26,16 @@ pub(super) fn health(m: &Metrics) -> Reply {
     }
     match m.health() {
         Health::Ready => Reply::text(200, "ok\n".into()),
-        Health::InputsOpen => Reply::text(
-            503,
-            "not ready: waiting for the first metadata fetch\n".into(),
-        ),
+        Health::InputsOpen => {
+            let mut body = String::from("not ready: waiting for the first metadata fetch\n");
+            if let Some((why, failures)) = m.metadata_failure() {
+                let fetches = if failures == 1 { "fetch" } else { "fetches" };
+                body.push_str(&format!(
+                    "{failures} {fetches} failed in a row, the last: {why}\n"
+                ));
+            }
+            Reply::text(503, body)
+        }
         Health::Starting => Reply::text(503, "not ready: inputs not open yet\n".into()),
     }
 }
