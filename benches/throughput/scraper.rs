@@ -2,12 +2,14 @@
 //! second while the sender runs, as Prometheus would (it asks for gzip), and times each
 //! scrape from connecting to the last byte of the body.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::common::http_get_raw;
 
 /// What the scrapes of one run measured.
 #[derive(Debug, Default)]
@@ -82,28 +84,14 @@ impl Scraper {
 /// One `GET /metrics` accepting gzip, read to the end (dory closes the connection):
 /// (status code, whether the body was gzipped, body length as sent).
 fn scrape(status: SocketAddr) -> io::Result<(u16, bool, usize)> {
-    let timeout = Duration::from_secs(5);
-    let mut s = TcpStream::connect_timeout(&status, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {status}\r\nAccept-Encoding: gzip\r\n\
-         Connection: close\r\n\r\n"
+    let r = http_get_raw(
+        status,
+        "/metrics",
+        &[("Accept-Encoding", "gzip")],
+        Duration::from_secs(5),
     )?;
-    let mut buf = Vec::with_capacity(256 << 10);
-    s.read_to_end(&mut buf)?;
-    let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
-    let head_end = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of HTTP headers"))?;
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| bad("bad status line"))?;
-    let gzip = head.contains("content-encoding: gzip");
-    Ok((code, gzip, buf.len() - head_end - 4))
+    let gzip = r
+        .header("content-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    Ok((r.code, gzip, r.body.len()))
 }

@@ -4,14 +4,47 @@ use super::*;
 
 /// A minimal HTTP/1.0 GET: returns (status code, body). Bounded by `timeout` overall.
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<(u16, String)> {
+    let r = http_get_raw(addr, path, &[], timeout)?;
+    Ok((r.code, String::from_utf8_lossy(&r.body).into_owned()))
+}
+
+/// An HTTP reply as [`http_get_raw`] read it.
+pub struct RawReply {
+    pub code: u16,
+    /// The header lines after the status line, as sent.
+    pub head: String,
+    /// The body's bytes, as sent (not decompressed).
+    pub body: Vec<u8>,
+}
+
+impl RawReply {
+    /// The value of header `name` (any case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// An HTTP/1.0 GET sending the extra `headers`, read to `Content-Length` or to the end.
+/// Bounded by `timeout` overall.
+pub fn http_get_raw(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> io::Result<RawReply> {
     let deadline = Instant::now() + timeout;
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes())?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let mut header_end = None;
@@ -57,18 +90,19 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<(
             return Err(invalid("HTTP body shorter than Content-Length"));
         }
     }
-    let status_line = String::from_utf8_lossy(&buf[..h])
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let head = String::from_utf8_lossy(&buf[..h - 4]).into_owned();
+    let (status_line, rest) = head.split_once("\r\n").unwrap_or((head.as_str(), ""));
     let mut words = status_line.split_whitespace();
     let code = match (words.next(), words.next()) {
         (Some(v), Some(c)) if v.starts_with("HTTP/") => c.parse::<u16>().ok(),
         _ => None,
     }
     .ok_or_else(|| invalid(&format!("bad status line {status_line:?}")))?;
-    Ok((code, String::from_utf8_lossy(&buf[h..]).into_owned()))
+    Ok(RawReply {
+        code,
+        head: rest.to_string(),
+        body: buf.split_off(h),
+    })
 }
 
 /// Metric names dory exposes on `/metrics` (Prometheus text format), one sample per topic
