@@ -310,7 +310,7 @@ impl Metrics {
     // ----- metadata fetches -----
 
     /// A metadata fetch failed at every broker it tried; `why` names each broker and its
-    /// error. Kept, cut to [`METADATA_FAILURE_MAX`] bytes, until a fetch succeeds.
+    /// error. Kept, cut to 1,000 bytes (`METADATA_FAILURE_MAX`), until a fetch succeeds.
     pub fn metadata_fetch_failed(&self, why: &str) {
         let mut end = why.len().min(METADATA_FAILURE_MAX);
         while !why.is_char_boundary(end) {
