@@ -20,11 +20,16 @@ pub struct RawReply {
 impl RawReply {
     /// The value of header `name` (any case), if sent.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-        })
+        header_value(&self.head, name)
     }
+}
+
+/// The value of the first header `name` (any case) among the header lines `head`.
+fn header_value<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
 }
 
 /// An HTTP/1.0 GET sending the extra `headers`, read to `Content-Length` or to the end.
@@ -72,14 +77,10 @@ pub fn http_get_raw(
         if header_end.is_none() {
             if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 header_end = Some(pos + 4);
-                let head = String::from_utf8_lossy(&buf[..pos]).into_owned();
-                content_length = head.lines().skip(1).find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.trim()
-                        .eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())
-                        .flatten()
-                });
+                let head = String::from_utf8_lossy(&buf[..pos]);
+                let fields = head.split_once("\r\n").map_or("", |(_, rest)| rest);
+                content_length =
+                    header_value(fields, "content-length").and_then(|v| v.parse::<usize>().ok());
             }
         }
     }

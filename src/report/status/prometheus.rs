@@ -30,9 +30,10 @@ pub(super) fn health(m: &Metrics) -> Reply {
             let mut body = String::from("not ready: waiting for the first metadata fetch\n");
             if let Some((why, failures)) = m.metadata_failure() {
                 let fetches = if failures == 1 { "fetch" } else { "fetches" };
-                body.push_str(&format!(
-                    "{failures} {fetches} failed in a row, the last: {why}\n"
-                ));
+                let _ = writeln!(
+                    body,
+                    "{failures} {fetches} failed in a row, the last: {why}"
+                );
             }
             Reply::text(503, body)
         }
