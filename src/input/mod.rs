@@ -510,7 +510,21 @@ impl InputCtx {
 
     /// Hands a batch to the router (blocking while its queue is full: backpressure),
     /// counting it first.
+    ///
+    /// An input reading many messages at once stamps them with one clock read
+    /// (`batch_clock`). Handing a batch on can take long (the router's channel full, the
+    /// spool syncing), so the clock is read again after it: messages read later are not
+    /// stamped as if they had arrived before the wait. Stamped early, they would look late
+    /// to the batcher, and every late message completing its batch at once makes batches
+    /// of one or two messages under exactly the load that needs them large.
     pub fn flush(&self, out: &mut Vec<Msg>) {
+        self.hand_on(out);
+        if self.batch_clock.get().is_some() {
+            self.batch_clock.set(Some(Instant::now()));
+        }
+    }
+
+    fn hand_on(&self, out: &mut Vec<Msg>) {
         let m = self.metrics;
         let source = self.counts.borrow().source;
         {
@@ -684,6 +698,31 @@ mod tests {
         wire::encode_any_partition(&mut d, topic.as_bytes(), 1, b"", value.as_bytes())
             .expect("encodes");
         d
+    }
+
+    #[test]
+    fn messages_read_after_a_flush_are_stamped_after_it() {
+        let (ctx, from_inputs) = ctx();
+        let mut out = Vec::new();
+        // A round of reads began long ago (the input then waited on a full channel).
+        let round = Instant::now() - Duration::from_secs(1);
+        ctx.batch_clock.set(Some(round));
+        ctx.accept(&datagram("t", "early"), Source::UnixStream, &mut out);
+        let before_flush = Instant::now();
+        ctx.flush(&mut out);
+        ctx.accept(&datagram("t", "late"), Source::UnixStream, &mut out);
+        ctx.flush(&mut out);
+        let early = from_inputs.try_recv().expect("first batch");
+        let late = from_inputs.try_recv().expect("second batch");
+        assert_eq!(early[0].arrival, round);
+        assert!(
+            late[0].arrival >= before_flush,
+            "stamped as of the round's start"
+        );
+        // Without a batch clock, each message reads the clock itself; flush sets none.
+        ctx.batch_clock.set(None);
+        ctx.flush(&mut out);
+        assert_eq!(ctx.batch_clock.get(), None);
     }
 
     #[test]

@@ -1,9 +1,18 @@
 //! Batch completion: when a per-topic (or per-partition) batch of messages is ready to
 //! send. Pure logic, no threads: the router owns one [`OpenBatch`] per batching key.
 //!
-//! Dory's algorithm (reference §3.2) with one deliberate change: the time limit runs from
-//! each message's *arrival* at the daemon, not from the client's timestamp, so a client
-//! with a skewed clock cannot defeat (or stall) batching.
+//! Dory's algorithm (reference §3.2) with two deliberate changes:
+//!
+//! - The time limit runs from each message's *arrival* at the daemon, not from the
+//!   client's timestamp, so a client with a skewed clock cannot defeat (or stall)
+//!   batching.
+//! - Adding a message completes a batch by count or bytes only, never by time. The router
+//!   applies the time limit from its timers, once it has routed the input queued so far
+//!   (up to a cap; `Router::on_timers`). Dory checked it per message, so when the daemon
+//!   fell behind by more than the time limit, every message arrived late, completed its
+//!   batch at once and went alone: a request per message or two, which made the daemon
+//!   fall further behind (doc/performance.md, "Round seventeen"). Checked after the
+//!   queued input, late messages still travel together.
 
 use std::time::{Duration, Instant};
 
@@ -113,15 +122,10 @@ impl OpenBatch {
     }
 
     /// Adds `m` under `limits`; `max_batch_kafka_bytes` keeps a batch within what the broker
-    /// accepts as one record batch.
-    pub fn add(
-        &mut self,
-        m: Msg,
-        limits: &BatchLimits,
-        max_batch_kafka_bytes: usize,
-        now: Instant,
-    ) -> Emit {
-        let expired = |arrival: Instant, t: Duration| now >= arrival + t;
+    /// accepts as one record batch. Completes a batch by count or bytes; one whose time is
+    /// up is completed by the caller ([`OpenBatch::deadline`]), after the rest of the
+    /// messages it is routing now.
+    pub fn add(&mut self, m: Msg, limits: &BatchLimits, max_batch_kafka_bytes: usize) -> Emit {
         if limits.time.is_none() && limits.messages.is_none() && limits.bytes.is_none() {
             return Emit {
                 batch: None,
@@ -143,9 +147,7 @@ impl OpenBatch {
             && self.kafka_bytes + kafka_sz + RECORD_BATCH_OVERHEAD > max_batch_kafka_bytes;
         if over_bytes || over_kafka {
             let batch = self.take_nonempty();
-            let alone_now = limits.messages.is_some_and(|n| n <= 1)
-                || limits.time.is_some_and(|t| expired(m.arrival, t));
-            if alone_now {
+            if limits.messages.is_some_and(|n| n <= 1) {
                 return Emit {
                     batch,
                     alone: Some(m),
@@ -155,8 +157,7 @@ impl OpenBatch {
             return Emit { batch, alone: None };
         }
         self.push(m, limits.time);
-        let done = self.expires.is_some_and(|e| now >= e)
-            || limits.messages.is_some_and(|n| self.msgs.len() as u64 >= n)
+        let done = limits.messages.is_some_and(|n| self.msgs.len() as u64 >= n)
             || limits.bytes.is_some_and(|b| self.bytes >= b);
         Emit {
             batch: if done { self.take_nonempty() } else { None },
@@ -191,7 +192,7 @@ mod tests {
         let p = pool();
         let now = Instant::now();
         let mut b = OpenBatch::default();
-        let e = b.add(msg(p, 10, now), &limits(None, None, None), 1_000_000, now);
+        let e = b.add(msg(p, 10, now), &limits(None, None, None), 1_000_000);
         assert!(e.alone.is_some() && e.batch.is_none());
         assert!(b.is_empty());
     }
@@ -204,13 +205,13 @@ mod tests {
         let mut b = OpenBatch::default();
         // Nothing reserved yet, then a slot inside the reservation, then a full one.
         b.prefetch_next();
-        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000).batch.is_none());
         b.prefetch_next();
         assert_eq!(b.len(), 1);
-        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000).batch.is_none());
         b.msgs.shrink_to_fit();
         b.prefetch_next();
-        let e = b.add(msg(p, 1, now), &l, 1_000_000, now);
+        let e = b.add(msg(p, 1, now), &l, 1_000_000);
         assert_eq!(e.batch.map(|v| v.len()), Some(3));
     }
 
@@ -220,9 +221,9 @@ mod tests {
         let now = Instant::now();
         let l = limits(None, Some(3), None);
         let mut b = OpenBatch::default();
-        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
-        assert!(b.add(msg(p, 1, now), &l, 1_000_000, now).batch.is_none());
-        let e = b.add(msg(p, 1, now), &l, 1_000_000, now);
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000).batch.is_none());
+        assert!(b.add(msg(p, 1, now), &l, 1_000_000).batch.is_none());
+        let e = b.add(msg(p, 1, now), &l, 1_000_000);
         assert_eq!(e.batch.map(|v| v.len()), Some(3));
         assert!(b.is_empty());
     }
@@ -233,13 +234,13 @@ mod tests {
         let now = Instant::now();
         let l = limits(None, None, Some(100));
         let mut b = OpenBatch::default();
-        assert!(b.add(msg(p, 60, now), &l, 1_000_000, now).batch.is_none());
-        let e = b.add(msg(p, 60, now), &l, 1_000_000, now);
+        assert!(b.add(msg(p, 60, now), &l, 1_000_000).batch.is_none());
+        let e = b.add(msg(p, 60, now), &l, 1_000_000);
         assert_eq!(e.batch.map(|v| v.len()), Some(1));
         assert!(e.alone.is_none());
         assert_eq!(b.len(), 1);
         // A message as large as the limit goes alone, flushing the open batch.
-        let e = b.add(msg(p, 100, now), &l, 1_000_000, now);
+        let e = b.add(msg(p, 100, now), &l, 1_000_000);
         assert_eq!(e.batch.map(|v| v.len()), Some(1));
         assert!(e.alone.is_some());
         assert!(b.is_empty());
@@ -251,7 +252,7 @@ mod tests {
         let now = Instant::now();
         let l = limits(None, Some(3000), None);
         let mut b = OpenBatch::default();
-        let add = |b: &mut OpenBatch| b.add(msg(p, 1, now), &l, 1_000_000, now).batch;
+        let add = |b: &mut OpenBatch| b.add(msg(p, 1, now), &l, 1_000_000).batch;
         for _ in 0..2999 {
             assert!(add(&mut b).is_none());
         }
@@ -277,22 +278,49 @@ mod tests {
         let now = Instant::now();
         let l = limits(None, None, Some(2));
         let mut b = OpenBatch::default();
-        assert!(b.add(msg(p, 0, now), &l, 1_000_000, now).batch.is_none());
-        let e = b.add(msg(p, 0, now), &l, 1_000_000, now);
+        assert!(b.add(msg(p, 0, now), &l, 1_000_000).batch.is_none());
+        let e = b.add(msg(p, 0, now), &l, 1_000_000);
         assert_eq!(e.batch.map(|v| v.len()), Some(2));
     }
 
     #[test]
-    fn time_limit_uses_arrival() {
+    fn time_limit_uses_arrival_and_is_left_to_the_caller() {
         let p = pool();
         let t0 = Instant::now();
         let l = limits(Some(50), None, None);
         let mut b = OpenBatch::default();
-        assert!(b.add(msg(p, 1, t0), &l, 1_000_000, t0).batch.is_none());
+        assert!(b.add(msg(p, 1, t0), &l, 1_000_000).batch.is_none());
         assert_eq!(b.deadline(), Some(t0 + Duration::from_millis(50)));
+        // Arriving after the deadline, it joins the batch: the caller completes it.
         let later = t0 + Duration::from_millis(60);
-        let e = b.add(msg(p, 1, later), &l, 1_000_000, later);
-        assert_eq!(e.batch.map(|v| v.len()), Some(2));
+        let e = b.add(msg(p, 1, later), &l, 1_000_000);
+        assert!(e.batch.is_none() && e.alone.is_none());
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.deadline(), Some(t0 + Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn late_messages_batch_together_up_to_the_size_limit() {
+        // A backlog: every message arrived long before its time limit ran out. They fill
+        // batches by size as if on time; none goes alone.
+        let p = pool();
+        let long_ago = Instant::now();
+        let l = limits(Some(5), None, Some(100));
+        let mut b = OpenBatch::default();
+        let mut sizes = Vec::new();
+        for _ in 0..10 {
+            let e = b.add(msg(p, 30, long_ago), &l, 1_000_000);
+            assert!(e.alone.is_none());
+            sizes.extend(e.batch.map(|v| v.len()));
+        }
+        assert_eq!(sizes, [3, 3, 3]);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.deadline(), Some(long_ago + Duration::from_millis(5)));
+        // With a one-message limit, overflow still sends the message alone.
+        let one = limits(Some(5), Some(1), Some(100));
+        let mut b = OpenBatch::default();
+        let e = b.add(msg(p, 30, long_ago), &one, 1_000_000);
+        assert_eq!(e.batch.map(|v| v.len()), Some(1));
     }
 
     #[test]
@@ -302,9 +330,9 @@ mod tests {
         let l = limits(None, None, Some(1 << 20));
         let mut b = OpenBatch::default();
         let cap = RECORD_BATCH_OVERHEAD + 2 * (100 + KAFKA_MSG_OVERHEAD);
-        assert!(b.add(msg(p, 100, now), &l, cap, now).batch.is_none());
-        assert!(b.add(msg(p, 100, now), &l, cap, now).batch.is_none());
-        let e = b.add(msg(p, 100, now), &l, cap, now);
+        assert!(b.add(msg(p, 100, now), &l, cap).batch.is_none());
+        assert!(b.add(msg(p, 100, now), &l, cap).batch.is_none());
+        let e = b.add(msg(p, 100, now), &l, cap);
         assert_eq!(e.batch.map(|v| v.len()), Some(2));
         assert_eq!(b.len(), 1);
     }
@@ -317,20 +345,19 @@ mod tests {
         let mut b = OpenBatch::default();
         let ms = Duration::from_millis;
         assert_eq!(b.take_new_deadline(), None);
-        b.add(msg(p, 1, t0 + ms(10)), &l, 1_000_000, t0 + ms(10));
+        b.add(msg(p, 1, t0 + ms(10)), &l, 1_000_000);
         assert_eq!(b.take_new_deadline(), Some(t0 + ms(110)));
         assert_eq!(b.take_new_deadline(), None);
         // A later arrival keeps the deadline; an earlier one (a retried message) moves it.
-        b.add(msg(p, 1, t0 + ms(20)), &l, 1_000_000, t0 + ms(20));
+        b.add(msg(p, 1, t0 + ms(20)), &l, 1_000_000);
         assert_eq!(b.take_new_deadline(), None);
-        b.add(msg(p, 1, t0), &l, 1_000_000, t0 + ms(20));
+        b.add(msg(p, 1, t0), &l, 1_000_000);
         assert_eq!(b.take_new_deadline(), Some(t0 + ms(100)));
         assert_eq!(b.deadline(), Some(t0 + ms(100)));
-        // Expired: the next add completes the batch; the one after starts a new deadline.
-        let e = b.add(msg(p, 1, t0 + ms(100)), &l, 1_000_000, t0 + ms(100));
-        assert_eq!(e.batch.map(|v| v.len()), Some(4));
+        // Taken (its time up): the next message starts a new deadline.
+        assert_eq!(b.take().len(), 3);
         assert_eq!(b.take_new_deadline(), None);
-        b.add(msg(p, 1, t0 + ms(150)), &l, 1_000_000, t0 + ms(150));
+        b.add(msg(p, 1, t0 + ms(150)), &l, 1_000_000);
         assert_eq!(b.take_new_deadline(), Some(t0 + ms(250)));
     }
 }

@@ -62,6 +62,9 @@ const MIN_REFRESH_GAP: Duration = Duration::from_millis(250);
 /// How long dispatcher threads may take to stop after the shutdown deadline before the
 /// router stops waiting for them.
 const DISPATCHER_JOIN_GRACE: Duration = Duration::from_secs(2);
+/// Most input batches (of up to `INPUT_BATCH_MAX` messages) routed in a row, while more
+/// wait, before batches whose time is up are sent anyway.
+const EXPIRY_DEFER_MAX: u32 = 64;
 
 /// The router state's channel ends (the ones only the router thread waits on are
 /// [`RouterEvents`]).
@@ -212,6 +215,10 @@ pub struct Router {
     sendable: FastMap<PartKey, ()>,
     /// Input batches taken from the channel and routed (see [`SharedRouter`]).
     channel_batches_done: u64,
+    /// More input batches wait in the channel behind the event being handled.
+    input_waiting: bool,
+    /// Times in a row batches whose time is up waited for the queued input.
+    expiry_deferred: u32,
     /// While the router thread waits: until when (an input routing a batch that needs it
     /// awake earlier nudges it).
     asleep_until: Option<Instant>,
@@ -238,6 +245,8 @@ impl Router {
             dirty_scan: Vec::new(),
             sendable: FastMap::default(),
             channel_batches_done: 0,
+            input_waiting: false,
+            expiry_deferred: 0,
             asleep_until: None,
             degraded_backoff: Backoff::new(DEGRADED_REFRESH_MIN, DEGRADED_REFRESH_MAX),
             fetch_backoff: Backoff::new(cfg.delivery.retry_backoff, cfg.delivery.retry_backoff_max),
@@ -348,7 +357,17 @@ impl Router {
             self.want_full_fetch(now);
         }
         if self.next_batch_expiry.is_some_and(|t| now >= t) {
-            self.expire_batches(now);
+            // Input already queued joins the open batches first, as Dory routed "all
+            // currently queued" before completing batches by time: when the router is
+            // behind, every message is late, and sending each input batch's share alone
+            // would make batches small just when they should be large (see
+            // route::batcher).
+            if self.input_waiting && self.expiry_deferred < EXPIRY_DEFER_MAX {
+                self.expiry_deferred += 1;
+            } else {
+                self.expiry_deferred = 0;
+                self.expire_batches(now);
+            }
         }
         if self.delayed.iter().any(|(at, _)| now >= *at) {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.delayed)

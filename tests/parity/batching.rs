@@ -226,3 +226,41 @@ fn batching_limits_show_in_produce_request_counts() {
     }
     eprintln!("batching:\n  {}", report.join("\n  "));
 }
+
+/// Messages that reach the batcher after their time limit (here: held until the first
+/// metadata, longer than the 1 ms limit) still travel together: one batch, one request.
+/// Completing a batch per late message (Dory's rule) sent each of them alone, which is how
+/// a daemon that fell behind fell further behind (doc/performance.md, round seventeen).
+#[test]
+fn late_messages_still_batch_together() {
+    const COUNT: u32 = 300;
+    let mock = Mock::start(1);
+    mock.create_topic("late", 1);
+    // Down before dory's first metadata fetch: every message waits for it.
+    mock.cluster().broker_down(1).expect("broker_down(1)");
+    let mut args = DoryArgs::new(mock.broker_addrs());
+    args.batch_time_ms = None;
+    args.config_toml = Some("[batching]\ntime_ms = 1\n".into());
+    let mut dory = Dory::start(args);
+    poll_until("dory's stream socket", WAIT, || {
+        if dory.stream_path().exists() {
+            Ok(())
+        } else {
+            Err("not bound yet".to_string())
+        }
+    });
+    let msgs = plain_msgs("late", 0, COUNT, 100);
+    dory.send_stream(&msgs);
+    dory.wait_received(&[("late", u64::from(COUNT))], WAIT);
+    assert_eq!(requests(&dory), 0, "no metadata yet, so nothing sent");
+    mock.cluster().broker_up(1).expect("broker_up(1)");
+    let m = settle(&mut dory, &[("late", u64::from(COUNT))]);
+    assert_eq!(m.delivered("late"), u64::from(COUNT), "{}", m.text);
+    let sent = requests(&dory);
+    assert!(
+        sent <= 2,
+        "{COUNT} late messages took {sent} Produce requests: late messages went alone"
+    );
+    let got = consume_all(&mock.bootstrap(), "late", msgs.len(), CONSUME_TIMEOUT);
+    verify_delivery(&msgs, &got, 1).unwrap_or_else(|r| panic!("{r}"));
+}

@@ -109,6 +109,10 @@ impl Router {
         }
         drop(rest);
         self.runs = runs;
+        // Batches whose time is up are sent by the router thread's timers once the input
+        // queued behind this batch is routed too (see route::batcher): late messages fill
+        // them together first. Routed inline, a passed deadline wakes the router thread
+        // (`SharedRouter::try_route`).
     }
 
     /// Routes `n` new messages of topic `t` (taken off the `new` count). In the common
@@ -144,7 +148,7 @@ impl Router {
                 continue;
             }
             let partition = self.keyed_partition_by(t, &m, murmur2);
-            self.batch_into((t, partition), m, &limits, now);
+            self.batch_into((t, partition), m, &limits);
         }
     }
 
@@ -285,21 +289,21 @@ impl Router {
         let limits = match policy.batching.action {
             BatchAction::PerTopic => policy.batching.limits,
             BatchAction::CombinedTopics if self.cfg.policies.combined.is_some() => {
-                self.add_combined(m, partition, now);
+                self.add_combined(m, partition);
                 return;
             }
             BatchAction::CombinedTopics | BatchAction::Disable => NO_LIMITS,
         };
         self.metrics.queue_add(t, QueueState::Batch, 1);
-        self.batch_into((t, partition), m, &limits, now);
+        self.batch_into((t, partition), m, &limits);
     }
 
     /// Adds a message (already counted in the batch state) to the open batch of `key`,
     /// sending what that completes.
-    fn batch_into(&mut self, key: BatchKey, m: Msg, limits: &BatchLimits, now: Instant) {
+    fn batch_into(&mut self, key: BatchKey, m: Msg, limits: &BatchLimits) {
         let max_kafka = self.cfg.batching.message_max_bytes;
         let open = self.open_batch(key);
-        let emit = open.add(m, limits, max_kafka, now);
+        let emit = open.add(m, limits, max_kafka);
         if let Some(d) = open.take_new_deadline() {
             self.queue_expiry(d, key);
         }
@@ -312,7 +316,7 @@ impl Router {
     }
 
     /// Adds a message to the combined-topics batch of its destination broker.
-    pub(super) fn add_combined(&mut self, m: Msg, partition: Option<i32>, now: Instant) {
+    pub(super) fn add_combined(&mut self, m: Msg, partition: Option<i32>) {
         let t = m.topic;
         let partition = partition.or_else(|| self.round_robin(t));
         let Some(broker) = partition.and_then(|p| self.view(t)?.leader_of(p)) else {
@@ -323,7 +327,7 @@ impl Router {
         let max_kafka = self.cfg.batching.message_max_bytes;
         self.metrics.queue_add(t, QueueState::Batch, 1);
         let open = self.combined.entry(broker).or_default();
-        let emit = open.add(m, &limits, max_kafka, now);
+        let emit = open.add(m, &limits, max_kafka);
         if let Some(d) = open.take_new_deadline() {
             self.next_batch_expiry = Some(self.next_batch_expiry.map_or(d, |x| x.min(d)));
         }

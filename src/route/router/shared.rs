@@ -103,6 +103,7 @@ impl SharedRouter {
             let ev = waits.next(wake_at, inputs_open, shutdown_delay);
             let mut r = self.lock();
             r.asleep_until = None;
+            r.input_waiting = !waits.ev.from_inputs.is_empty();
             if r.handle(ev) {
                 break;
             }
@@ -304,6 +305,43 @@ mod tests {
         assert!(!off.try_route(&mut out));
         assert_eq!(out.len(), 2);
         assert_eq!(held(&off, 1), 0);
+    }
+
+    #[test]
+    fn batches_whose_time_is_up_wait_while_more_input_is_queued() {
+        let (s, _inputs, pool) = shared(true);
+        let mut r = s.lock();
+        // Topic 1's open batch, its time limit long past.
+        let long_ago = Instant::now() - std::time::Duration::from_secs(1);
+        let limits = crate::config::BatchLimits {
+            time: Some(std::time::Duration::from_millis(5)),
+            messages: None,
+            bytes: None,
+        };
+        let m = Msg::for_test(pool, 1, 0, 10, long_ago);
+        let open = r.open_batch((1, None));
+        assert!(open.add(m, &limits, 1 << 20).batch.is_none());
+        let deadline = open.take_new_deadline().expect("a deadline");
+        r.queue_expiry(deadline, (1, None));
+        let is_open = |r: &Router| r.topics[1].open.deadline().is_some();
+        // More input waiting: the batch stays open, EXPIRY_DEFER_MAX times in a row.
+        r.input_waiting = true;
+        for _ in 0..super::super::EXPIRY_DEFER_MAX {
+            r.on_timers();
+            assert!(is_open(&r), "sent while input was still queued");
+        }
+        // Then it goes, input waiting or not (here: discarded, the router has no metadata).
+        r.on_timers();
+        assert!(!is_open(&r), "deferred past the limit");
+        // Nothing queued: a batch whose time is up goes at once.
+        let m = Msg::for_test(pool, 1, 1, 10, long_ago);
+        let open = r.open_batch((1, None));
+        assert!(open.add(m, &limits, 1 << 20).batch.is_none());
+        let deadline = open.take_new_deadline().expect("a deadline");
+        r.queue_expiry(deadline, (1, None));
+        r.input_waiting = false;
+        r.on_timers();
+        assert!(!is_open(&r));
     }
 
     #[test]
