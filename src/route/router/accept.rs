@@ -300,7 +300,7 @@ impl Router {
 
     /// Adds a message (already counted in the batch state) to the open batch of `key`,
     /// sending what that completes.
-    fn batch_into(&mut self, key: BatchKey, m: Msg, limits: &BatchLimits) {
+    pub(super) fn batch_into(&mut self, key: BatchKey, m: Msg, limits: &BatchLimits) {
         let max_kafka = self.cfg.batching.message_max_bytes;
         let open = self.open_batch(key);
         let emit = open.add(m, limits, max_kafka);

@@ -311,18 +311,14 @@ mod tests {
     fn batches_whose_time_is_up_wait_while_more_input_is_queued() {
         let (s, _inputs, pool) = shared(true);
         let mut r = s.lock();
-        // Topic 1's open batch, its time limit long past.
+        // Topic 1's open batch, its time limit long past (adding never sends it on time).
         let long_ago = Instant::now() - std::time::Duration::from_secs(1);
         let limits = crate::config::BatchLimits {
             time: Some(std::time::Duration::from_millis(5)),
             messages: None,
             bytes: None,
         };
-        let m = Msg::for_test(pool, 1, 0, 10, long_ago);
-        let open = r.open_batch((1, None));
-        assert!(open.add(m, &limits, 1 << 20).batch.is_none());
-        let deadline = open.take_new_deadline().expect("a deadline");
-        r.queue_expiry(deadline, (1, None));
+        r.batch_into((1, None), Msg::for_test(pool, 1, 0, 10, long_ago), &limits);
         let is_open = |r: &Router| r.topics[1].open.deadline().is_some();
         // More input waiting: the batch stays open, EXPIRY_DEFER_MAX times in a row.
         r.input_waiting = true;
@@ -334,11 +330,8 @@ mod tests {
         r.on_timers();
         assert!(!is_open(&r), "deferred past the limit");
         // Nothing queued: a batch whose time is up goes at once.
-        let m = Msg::for_test(pool, 1, 1, 10, long_ago);
-        let open = r.open_batch((1, None));
-        assert!(open.add(m, &limits, 1 << 20).batch.is_none());
-        let deadline = open.take_new_deadline().expect("a deadline");
-        r.queue_expiry(deadline, (1, None));
+        r.batch_into((1, None), Msg::for_test(pool, 1, 1, 10, long_ago), &limits);
+        assert!(is_open(&r));
         r.input_waiting = false;
         r.on_timers();
         assert!(!is_open(&r));
