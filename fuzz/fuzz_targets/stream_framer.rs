@@ -1,12 +1,14 @@
 //! Fuzzes the stream framer with arbitrary bytes split at arbitrary points: it must never
 //! panic, never hold more than a bounded buffer, and yield frames that start with their
 //! own size; an idle connection's buffer given back (`release_idle`, at points the input
-//! picks) keeps exactly the partial message.
+//! picks) keeps exactly the partial message. Reads go through a shared read buffer
+//! (`read_shared`, then `settle`) or the framer's own, as the input picks; settling keeps
+//! exactly the partial message, and a short one in a small buffer.
 #![no_main]
 
 use std::io::Read;
 
-use dory::input::wire::{FrameError, StreamFramer};
+use dory::input::wire::{FrameError, StreamFramer, KEEP_PARTIAL_MAX};
 use libfuzzer_sys::fuzz_target;
 
 /// Hands out the input in small pieces whose sizes come from the input itself.
@@ -35,8 +37,14 @@ fuzz_target!(|data: &[u8]| {
         data: rest,
         step: usize::from(first % 13) + 1,
     };
+    let mut shared = Vec::new();
     loop {
-        match framer.read_from(&mut src) {
+        let got = if src.step % 3 == 0 {
+            framer.read_from(&mut src)
+        } else {
+            framer.read_shared(&mut src, &mut shared)
+        };
+        match got {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -53,6 +61,13 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         assert!(framer.buffered().len() <= max + 4 + 64 * 1024);
+        let partial = framer.buffered().to_vec();
+        framer.settle(&mut shared);
+        assert_eq!(framer.buffered(), &partial[..]);
+        if partial.len() <= KEEP_PARTIAL_MAX {
+            assert!(framer.capacity() <= 2 * KEEP_PARTIAL_MAX);
+        }
+        assert!(shared.len() <= 4 * 64 * 1024);
         if src.step % 5 == 0 {
             let partial = framer.buffered().to_vec();
             framer.release_idle();

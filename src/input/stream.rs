@@ -9,11 +9,17 @@
 //! so no client can starve another. What all of them sent is handed on together, in
 //! batches of up to [`INPUT_BATCH_MAX`], each connection's messages in their order.
 //!
+//! Memory: the connections of one input share one read buffer. Each read lends it to the
+//! connection being read, and afterwards the connection keeps only the partial message the
+//! read ended in, up to [`KEEP_PARTIAL_MAX`](super::wire::KEEP_PARTIAL_MAX) bytes
+//! ([`StreamFramer::read_shared`]). A longer partial keeps the buffer it arrived in until
+//! its message is whole, or gives all but the partial back after [`IDLE_RELEASE`] of
+//! silence. So a thousand steady clients sending small messages hold a few hundred bytes
+//! each, not a 64 KiB buffer each.
+//!
 //! A client that sends nothing, or stalls half way through a message, is never reported
-//! ready, so it costs the others nothing; nor does it hold a read buffer: one is taken when
-//! data arrives and given back after [`IDLE_RELEASE`] of silence, keeping only a partial
-//! message. A client that sends a bad size field is counted and disconnected; a client
-//! that disconnects mid-message is counted too. At shutdown, what the clients had already
+//! ready, so it costs the others nothing. A client that sends a bad size field is counted
+//! and disconnected; a client that disconnects mid-message is counted too. At shutdown, what the clients had already
 //! sent is read (a bounded number of reads each), and a partial message left over is
 //! counted as an unclean disconnect.
 
@@ -38,8 +44,8 @@ use crate::report::metrics::{Counter, DiscardReason};
 /// Most simultaneous connections per stream input; more are refused (and counted).
 pub const MAX_CONNECTIONS: usize = 1024;
 
-/// A connection that sends nothing for this long gives its read buffer back, keeping
-/// only a partial message if it stalled in one.
+/// A connection that sends nothing for this long gives back a read buffer it kept for a
+/// long partial message, keeping only the partial.
 pub const IDLE_RELEASE: Duration = Duration::from_secs(1);
 
 /// How long accepting pauses after `accept` failed for another reason than "none
@@ -204,6 +210,7 @@ fn spawn(
                     accept_paused_until: None,
                     ctx: &ctx,
                     out: Vec::with_capacity(INPUT_BATCH_MAX),
+                    shared: Vec::new(),
                 }
                 .run(&heartbeat)
             }
@@ -226,6 +233,8 @@ struct Server<'a> {
     ctx: &'a InputCtx,
     /// Messages read this time round, handed on when full and at the end of the round.
     out: Vec<Msg>,
+    /// The read buffer lent to each connection in turn ([`StreamFramer::read_shared`]).
+    shared: Vec<u8>,
 }
 
 impl Server<'_> {
@@ -328,12 +337,24 @@ impl Server<'_> {
 
     /// One read for the connection in `slot`; closes it if it ended or must be dropped.
     fn serve(&mut self, slot: usize, now: Instant) {
-        let Some(client) = self.clients.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        if read_once(client, self.tcp, self.ctx, &mut self.out, now) == Read::Closed {
+        if self.read_slot(slot, now) == Some(Read::Closed) {
             self.close(slot);
         }
+    }
+
+    /// One read of the connection in `slot` through the shared read buffer (`None`: the
+    /// slot is free).
+    fn read_slot(&mut self, slot: usize, now: Instant) -> Option<Read> {
+        let client = self.clients.get_mut(slot)?.as_mut()?;
+        let (tcp, ctx) = (self.tcp, self.ctx);
+        Some(read_once(
+            client,
+            tcp,
+            ctx,
+            &mut self.out,
+            &mut self.shared,
+            now,
+        ))
     }
 
     fn close(&mut self, slot: usize) {
@@ -359,18 +380,25 @@ impl Server<'_> {
     fn shut_down(mut self) {
         let now = Instant::now();
         for slot in 0..self.clients.len() {
-            let Some(client) = self.clients[slot].as_mut() else {
-                continue;
-            };
             let mut last = Read::Data;
             for _ in 0..DRAIN_READS {
-                last = read_once(client, self.tcp, self.ctx, &mut self.out, now);
-                if last != Read::Data {
-                    break;
+                match self.read_slot(slot, now) {
+                    Some(Read::Data) => {}
+                    Some(other) => {
+                        last = other;
+                        break;
+                    }
+                    None => {
+                        last = Read::Closed;
+                        break;
+                    }
                 }
             }
-            if last != Read::Closed && !client.framer.buffered().is_empty() {
-                unclean(self.ctx, self.tcp, client.framer.buffered());
+            if let Some(client) = self.clients[slot].as_ref() {
+                let partial = client.framer.buffered();
+                if last != Read::Closed && !partial.is_empty() {
+                    unclean(self.ctx, self.tcp, partial);
+                }
             }
             self.close(slot);
         }
@@ -390,10 +418,27 @@ enum Read {
     Closed,
 }
 
-/// One non-blocking read from `client`, its whole messages appended to `out` (handed on
-/// when `out` is full).
+/// One non-blocking read from `client` through the input's `shared` read buffer, its
+/// whole messages appended to `out` (handed on when `out` is full).
 fn read_once(
     client: &mut Client,
+    tcp: bool,
+    ctx: &InputCtx,
+    out: &mut Vec<Msg>,
+    shared: &mut Vec<u8>,
+    now: Instant,
+) -> Read {
+    let got = client.framer.read_shared(&mut client.conn, shared);
+    let read = take_frames(client, got, tcp, ctx, out, now);
+    // On every outcome, closed included: the read buffer goes back to the input.
+    client.framer.settle(shared);
+    read
+}
+
+/// Classifies what one read returned and takes its whole messages.
+fn take_frames(
+    client: &mut Client,
+    got: std::io::Result<usize>,
     tcp: bool,
     ctx: &InputCtx,
     out: &mut Vec<Msg>,
@@ -402,7 +447,7 @@ fn read_once(
     let m = ctx.metrics;
     let source = if tcp { Source::Tcp } else { Source::UnixStream };
     let framer = &mut client.framer;
-    match framer.read_from(&mut client.conn) {
+    match got {
         Ok(0) => {
             if framer.buffered().is_empty() {
                 m.inc(if tcp {
