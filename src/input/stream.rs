@@ -19,9 +19,9 @@
 //!
 //! A client that sends nothing, or stalls half way through a message, is never reported
 //! ready, so it costs the others nothing. A client that sends a bad size field is counted
-//! and disconnected; a client that disconnects mid-message is counted too. At shutdown, what the clients had already
-//! sent is read (a bounded number of reads each), and a partial message left over is
-//! counted as an unclean disconnect.
+//! and disconnected; a client that disconnects mid-message is counted too. At shutdown,
+//! what the clients had already sent is read (a bounded number of reads each), and a
+//! partial message left over is counted as an unclean disconnect.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -346,11 +346,10 @@ impl Server<'_> {
     /// slot is free).
     fn read_slot(&mut self, slot: usize, now: Instant) -> Option<Read> {
         let client = self.clients.get_mut(slot)?.as_mut()?;
-        let (tcp, ctx) = (self.tcp, self.ctx);
         Some(read_once(
             client,
-            tcp,
-            ctx,
+            self.tcp,
+            self.ctx,
             &mut self.out,
             &mut self.shared,
             now,
@@ -382,16 +381,9 @@ impl Server<'_> {
         for slot in 0..self.clients.len() {
             let mut last = Read::Data;
             for _ in 0..DRAIN_READS {
-                match self.read_slot(slot, now) {
-                    Some(Read::Data) => {}
-                    Some(other) => {
-                        last = other;
-                        break;
-                    }
-                    None => {
-                        last = Read::Closed;
-                        break;
-                    }
+                last = self.read_slot(slot, now).unwrap_or(Read::Closed);
+                if last != Read::Data {
+                    break;
                 }
             }
             if let Some(client) = self.clients[slot].as_ref() {

@@ -389,10 +389,11 @@ impl StreamFramer {
         if n > KEEP_PARTIAL_MAX || self.buf.len() <= KEEP_PARTIAL_MAX {
             return;
         }
-        let mut own = if shared.len() < self.buf.len() {
+        // Whether this read buffer goes back to `shared`; if `shared` is as big, it is surplus.
+        let replaces_shared = shared.len() < self.buf.len();
+        let mut own = if replaces_shared {
             std::mem::take(shared)
         } else {
-            // `shared` is at least as big: this read buffer is surplus.
             Vec::new()
         };
         if own.capacity() > KEEP_PARTIAL_MAX {
@@ -404,7 +405,7 @@ impl StreamFramer {
         let mut read_buf = std::mem::replace(&mut self.buf, own);
         self.start = 0;
         self.end = n;
-        if shared.is_empty() {
+        if replaces_shared {
             if read_buf.len() > Self::SHRINK_ABOVE {
                 // One big message does not pin its memory in the shared buffer either.
                 read_buf.truncate(KEEP_PARTIAL_MAX + READ_CHUNK_SIZE);
