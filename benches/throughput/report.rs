@@ -322,12 +322,24 @@ pub fn summarize(
                     all.len()
                 ));
             }
+            let bound = o.rate.is_none().then(|| cpu_bound(results, &all)).flatten();
+            if let Some(b) = &bound {
+                table.push_str(&format!(
+                    "  CPU bound: the ceiling kept {:.2} of {} cores busy; dory's run took \
+                     {:.2}x its CPU per message (app + receiver), so with the cores full the \
+                     most it could sustain is about {:.3} x ceiling\n",
+                    b.ceiling_cores, b.cores, b.cpu_times, b.limit
+                ));
+            }
             if o.json {
                 println!(
                     "{}",
                     json!({"kind": "sustained", "label": o.label, "target": t.key(),
                            "topics": topic_count, "ratio_to_ceiling": sustained_ratio,
-                           "tail_s": tail, "runs_kept_up": kept_up})
+                           "tail_s": tail, "runs_kept_up": kept_up,
+                           "ceiling_cores": bound.as_ref().map(|b| b.ceiling_cores),
+                           "cpu_x_ceiling": bound.as_ref().map(|b| b.cpu_times),
+                           "cpu_bound_ratio": bound.as_ref().map(|b| b.limit)})
                 );
             }
             // dory's CPU over the receiver's (`floor`), run by run.
@@ -565,6 +577,44 @@ fn scale_targets(ctx: &Ctx, results: &BTreeMap<Target, Vec<RunResult>>) -> Strin
 }
 
 /// One target's line under the table: ok, MISSED, or n/a (not measured), with details.
+/// What the cores allow dory -> sink, beside the ceiling of the same run (medians over
+/// the run pairs): the ceiling's busy cores (rate × its sender's and receiver's CPU per
+/// message), dory's run's CPU per message (sender + daemon) over the ceiling's, and from
+/// those the most dory could sustain × ceiling had it kept every core busy. On a host
+/// where the ceiling already fills the cores, no scheduling can lift dory above that.
+struct CpuBound {
+    cores: usize,
+    ceiling_cores: f64,
+    cpu_times: f64,
+    limit: f64,
+}
+
+fn cpu_bound(results: &BTreeMap<Target, Vec<RunResult>>, sink: &[RunResult]) -> Option<CpuBound> {
+    let cores = std::thread::available_parallelism().ok()?.get();
+    let ceilings = results.get(&Target::Ceiling)?;
+    let total = |r: &RunResult| Some(r.app_cpu_s_per_m? + r.cpu_s_per_m).filter(|&c| c > 0.0);
+    let pairs: Vec<(f64, f64)> = sink
+        .iter()
+        .zip(ceilings)
+        .filter(|(_, c)| c.msgs_per_s > 0.0)
+        .filter_map(|(r, c)| Some((total(c)?, total(r)?, c.msgs_per_s)))
+        .map(|(c_cpu, d_cpu, c_rate)| (c_rate * c_cpu / 1e6, d_cpu / c_cpu))
+        .collect();
+    let ceiling_cores = median(pairs.iter().map(|p| p.0))?;
+    let cpu_times = median(pairs.iter().map(|p| p.1))?;
+    let limit = median(
+        pairs
+            .iter()
+            .map(|&(busy, times)| cores as f64 / busy / times),
+    )?;
+    Some(CpuBound {
+        cores,
+        ceiling_cores,
+        cpu_times,
+        limit,
+    })
+}
+
 fn target_line(name: &str, ok: Option<bool>, detail: String) -> String {
     let v = match ok {
         Some(true) => "ok",
