@@ -576,7 +576,6 @@ fn scale_targets(ctx: &Ctx, results: &BTreeMap<Target, Vec<RunResult>>) -> Strin
     s
 }
 
-/// One target's line under the table: ok, MISSED, or n/a (not measured), with details.
 /// What the cores allow dory -> sink, beside the ceiling of the same run (medians over
 /// the run pairs): the ceiling's busy cores (rate × its sender's and receiver's CPU per
 /// message), dory's run's CPU per message (sender + daemon) over the ceiling's, and from
@@ -596,7 +595,7 @@ fn cpu_bound(results: &BTreeMap<Target, Vec<RunResult>>, sink: &[RunResult]) -> 
     let pairs: Vec<(f64, f64)> = sink
         .iter()
         .zip(ceilings)
-        .filter(|(_, c)| c.msgs_per_s > 0.0)
+        .filter(|(r, c)| r.msgs_per_s > 0.0 && c.msgs_per_s > 0.0)
         .filter_map(|(r, c)| Some((total(c)?, total(r)?, c.msgs_per_s)))
         .map(|(c_cpu, d_cpu, c_rate)| (c_rate * c_cpu / 1e6, d_cpu / c_cpu))
         .collect();
@@ -615,6 +614,7 @@ fn cpu_bound(results: &BTreeMap<Target, Vec<RunResult>>, sink: &[RunResult]) -> 
     })
 }
 
+/// One target's line under the table: ok, MISSED, or n/a (not measured), with details.
 fn target_line(name: &str, ok: Option<bool>, detail: String) -> String {
     let v = match ok {
         Some(true) => "ok",
