@@ -15,12 +15,14 @@
 //! [`crate::spool`]: inputs reach the router through the channel or `SharedRouter`.
 //!
 //! Reading order: [`router`] (with its parts in `router/`), then the pure decision logic it
-//! uses, private to this role: `batcher.rs` (when a batch is complete), `cluster.rs` (the
-//! cluster view and partition choice), `partitioner.rs` (Java's murmur2 key partitioner),
-//! `rate_limit.rs`; and [`fetcher`], the metadata thread.
+//! uses, private to this role: `batcher.rs` (when a batch is complete), `deadlines.rs`
+//! (which batch's time is up next), `cluster.rs` (the cluster view and partition choice),
+//! `partitioner.rs` (Java's murmur2 key partitioner), `rate_limit.rs`; and [`fetcher`],
+//! the metadata thread.
 
 mod batcher;
 mod cluster;
+mod deadlines;
 pub mod fetcher;
 mod partitioner;
 mod rate_limit;

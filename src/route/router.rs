@@ -23,8 +23,7 @@ mod topics;
 
 pub use shared::{RouterEvents, SharedRouter};
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +44,7 @@ use crate::report::liveness::TICK as HEARTBEAT_TICK;
 use crate::report::metrics::{DiscardReason, Idempotence, Metrics, QueueState};
 use crate::route::batcher::OpenBatch;
 use crate::route::cluster::{Cluster, TopicView};
+use crate::route::deadlines::Deadlines;
 use crate::route::rate_limit::RateLimiter;
 
 /// How often the router looks at the clock while shutting down.
@@ -165,10 +165,10 @@ pub struct Router {
     /// Open batches of PartitionKey messages, per (topic, partition) (the AnyPartition
     /// ones are in the topic's slot: [`Router::open_batch`]).
     keyed: FastMap<(TopicId, i32), OpenBatch>,
-    /// When per-topic batches expire, earliest first: (deadline, key) pushed whenever a
+    /// When per-topic batches expire, earliest first: (deadline, key) queued whenever a
     /// batch gets a new deadline; an entry whose batch was sent or got a later deadline
     /// since is skipped when it comes up.
-    expiries: BinaryHeap<Reverse<(Instant, BatchKey)>>,
+    expiries: Deadlines<BatchKey>,
     /// Combined-topics batches, per destination broker.
     combined: FastMap<i32, OpenBatch>,
     /// Reused buffer for message keys (murmur2).
@@ -260,7 +260,7 @@ impl Router {
             topics: Vec::new(),
             lookups: Vec::new(),
             keyed: FastMap::default(),
-            expiries: BinaryHeap::new(),
+            expiries: Deadlines::default(),
             combined: FastMap::default(),
             scratch: Vec::new(),
             groups: Default::default(),
@@ -403,11 +403,7 @@ impl Router {
     }
 
     fn expire_batches(&mut self, now: Instant) {
-        while let Some(&Reverse((at, key))) = self.expiries.peek() {
-            if at > now {
-                break;
-            }
-            self.expiries.pop();
+        while let Some((_, key)) = self.expiries.pop_due(now) {
             let Some(o) = self.open_batch_if_any(key) else {
                 continue;
             };
@@ -435,7 +431,7 @@ impl Router {
 
     /// The earliest deadline of an open batch (the per-topic ones from the queue).
     fn set_next_batch_expiry(&mut self) {
-        let per_topic = self.expiries.peek().map(|Reverse((at, _))| *at);
+        let per_topic = self.expiries.next();
         let combined = self.combined.values().filter_map(OpenBatch::deadline);
         self.next_batch_expiry = per_topic.into_iter().chain(combined).min();
     }
@@ -470,9 +466,9 @@ impl Router {
             .collect()
     }
 
-    /// A per-topic batch got deadline `at`.
-    fn queue_expiry(&mut self, at: Instant, key: BatchKey) {
-        self.expiries.push(Reverse((at, key)));
+    /// A per-topic batch of batch time `time` got deadline `at`.
+    fn queue_expiry(&mut self, time: Duration, at: Instant, key: BatchKey) {
+        self.expiries.push(time, at, key);
         self.next_batch_expiry = Some(self.next_batch_expiry.map_or(at, |x| x.min(at)));
     }
 

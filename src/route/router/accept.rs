@@ -305,7 +305,8 @@ impl Router {
         let open = self.open_batch(key);
         let emit = open.add(m, limits, max_kafka);
         if let Some(d) = open.take_new_deadline() {
-            self.queue_expiry(d, key);
+            // A deadline comes only with a batch time.
+            self.queue_expiry(limits.time.unwrap_or_default(), d, key);
         }
         if let Some(msgs) = emit.batch {
             self.emit(key, msgs);
