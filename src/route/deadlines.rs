@@ -53,21 +53,24 @@ impl<K: Copy> Deadlines<K> {
         }
     }
 
-    /// The earliest deadline queued.
-    pub fn next(&self) -> Option<Instant> {
+    /// The earliest deadline queued, and the queue holding it.
+    fn earliest(&self) -> Option<(Instant, usize)> {
         self.queues
             .iter()
-            .filter_map(|(_, q)| q.front().map(|&(at, _)| at))
+            .enumerate()
+            .filter_map(|(i, (_, q))| Some((q.front()?.0, i)))
             .min()
+    }
+
+    /// The earliest deadline queued.
+    pub fn next(&self) -> Option<Instant> {
+        self.earliest().map(|(at, _)| at)
     }
 
     /// Takes the entry with the earliest deadline if that is at or before `now`.
     pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, K)> {
-        let (_, q) = self
-            .queues
-            .iter_mut()
-            .filter(|(_, q)| q.front().is_some_and(|&(at, _)| at <= now))
-            .min_by_key(|(_, q)| q.front().map(|&(at, _)| at))?;
+        let (_, i) = self.earliest().filter(|&(at, _)| at <= now)?;
+        let q = &mut self.queues[i].1;
         let e = q.pop_front();
         if q.is_empty() {
             // Give the buffer back: at 10,000 topics a burst leaves a long queue behind.
