@@ -93,6 +93,81 @@ pub enum Mode {
     Off,
 }
 
+/// Room in a partition's window: [`MAX_IN_FLIGHT_PER_PARTITION`] and some slack. The
+/// window never holds more than five entries (a batch is sealed only while it holds fewer,
+/// and resealing replaces entries one for one); the model test checks this.
+const WINDOW_ROOM: usize = 7;
+
+/// A partition's send window, inline: sealing and acknowledging a batch allocate nothing
+/// (with 40,000 partitions, a heap buffer per window cost a malloc and a free per batch).
+/// Entries are base sequences, oldest first, with a bit each for "acknowledged".
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    bases: [i32; WINDOW_ROOM],
+    /// Bit `i`: entry `i` is acknowledged.
+    acked: u8,
+    len: u8,
+}
+
+impl Window {
+    fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.acked = 0;
+    }
+
+    /// Appends an unacknowledged entry. Full cannot happen (see [`WINDOW_ROOM`]); if it
+    /// did, the oldest entry would make room, so the window stays bounded either way.
+    fn push(&mut self, base: i32) {
+        debug_assert!(self.len() < WINDOW_ROOM, "window overflow");
+        if self.len() == WINDOW_ROOM {
+            self.remove(0);
+        }
+        self.bases[self.len()] = base;
+        self.acked &= !(1 << self.len);
+        self.len += 1;
+    }
+
+    fn remove(&mut self, i: usize) {
+        let n = self.len();
+        self.bases.copy_within(i + 1..n, i);
+        let low = self.acked & ((1u8 << i) - 1);
+        let high = (self.acked >> 1) & !((1u8 << i) - 1);
+        self.acked = low | high;
+        self.len -= 1;
+    }
+
+    /// Keeps the entries whose base satisfies `keep`, in order.
+    fn retain(&mut self, mut keep: impl FnMut(i32) -> bool) {
+        let mut i = 0;
+        while i < self.len() {
+            if keep(self.bases[i]) {
+                i += 1;
+            } else {
+                self.remove(i);
+            }
+        }
+    }
+
+    /// Marks the entry at `base` acknowledged, then drops acknowledged entries from the
+    /// front.
+    fn ack(&mut self, base: i32) {
+        if let Some(i) = self.bases[..self.len()].iter().position(|&b| b == base) {
+            self.acked |= 1 << i;
+        }
+        let front = (!self.acked).trailing_zeros().min(u32::from(self.len)) as usize;
+        if front > 0 {
+            let n = self.len();
+            self.bases.copy_within(front..n, 0);
+            self.acked >>= front;
+            self.len -= front as u8;
+        }
+    }
+}
+
 struct Part<B> {
     /// Base sequence of the next batch to seal.
     next_seq: i32,
@@ -100,12 +175,12 @@ struct Part<B> {
     /// far as we know.
     acked_next: i32,
     /// Sealed batches out with dispatchers.
-    in_flight: usize,
+    in_flight: u32,
     /// Base sequences of the sealed batches from the oldest unacknowledged one on, and
     /// whether each is acknowledged. A broker detects duplicates among the last five
     /// batches it wrote, so a new batch is sealed only while this holds fewer than five:
     /// a resend of the oldest then still falls inside the broker's memory.
-    window: VecDeque<(i32, bool)>,
+    window: Window,
     /// Batches not sealed yet, in the order they must go.
     queued: VecDeque<B>,
     /// What must go again, boxed and only while there is some: most partitions never
@@ -129,7 +204,7 @@ impl<B> Default for Part<B> {
             next_seq: 0,
             acked_next: 0,
             in_flight: 0,
-            window: VecDeque::new(),
+            window: Window::default(),
             queued: VecDeque::new(),
             resend: None,
         }
@@ -186,8 +261,7 @@ impl<B: Sealable> Part<B> {
     /// it keep their sequence (they precede the gap).
     fn reseal_held(&mut self, producer_id: i64, epoch: i16, base: i32) {
         let (old_next, gap_age) = (self.next_seq, seq_distance(base, self.next_seq));
-        self.window
-            .retain(|&(b, _)| seq_distance(b, old_next) > gap_age);
+        self.window.retain(|b| seq_distance(b, old_next) > gap_age);
         let mut next = base;
         let held: &mut [B] = match &mut self.resend {
             Some(r) => &mut r.held,
@@ -199,7 +273,7 @@ impl<B: Sealable> Part<B> {
             {
                 continue;
             }
-            self.window.push_back((next, false));
+            self.window.push(next);
             b.set_seq(Some(Seq {
                 producer_id,
                 epoch,
@@ -209,6 +283,19 @@ impl<B: Sealable> Part<B> {
             next = seq_add(next, b.records());
         }
         self.next_seq = next;
+    }
+
+    /// Seals `b` as the partition's next batch and counts it out.
+    fn seal(&mut self, b: &mut B, producer_id: i64, epoch: i16) {
+        b.set_seq(Some(Seq {
+            producer_id,
+            epoch,
+            base: self.next_seq,
+            uncertain: false,
+        }));
+        self.window.push(self.next_seq);
+        self.next_seq = seq_add(self.next_seq, b.records());
+        self.in_flight += 1;
     }
 
     /// Takes every held batch, in order, and frees the resend state.
@@ -261,11 +348,38 @@ impl<B: Sealable> Sequencer<B> {
         self.in_flight
     }
 
-    /// A completed batch for its partition, not sealed yet.
+    /// A completed batch for its partition, not sealed yet: it waits for
+    /// [`Sequencer::ready`].
     pub fn submit(&mut self, b: B) {
         let k = b.part();
         self.parts.entry(k).or_default().queued.push_back(b);
         self.dirty.insert(k);
+    }
+
+    /// A completed batch for its partition, sealed and handed back at once if it may go
+    /// now: `sendable` (its leader is known and reachable), a producer id is in use, and
+    /// its partition has nothing waiting before it and room in its window. Otherwise it
+    /// waits as with [`Sequencer::submit`]. This is the common case, and it touches only
+    /// the partition's own entry (no scan, no dirty mark).
+    pub fn submit_or_seal(&mut self, mut b: B, sendable: bool) -> Option<B> {
+        let Mode::On { producer_id, epoch } = self.mode else {
+            self.submit(b);
+            return None;
+        };
+        let k = b.part();
+        let p = self.parts.entry(k).or_default();
+        if !sendable
+            || !p.queued.is_empty()
+            || p.must_resend()
+            || p.window.len() >= MAX_IN_FLIGHT_PER_PARTITION
+        {
+            p.queued.push_back(b);
+            self.dirty.insert(k);
+            return None;
+        }
+        p.seal(&mut b, producer_id, epoch);
+        self.in_flight += 1;
+        Some(b)
     }
 
     /// Moves the batches that may go out now into `out`, sealed, in the order they must be
@@ -308,7 +422,7 @@ impl<B: Sealable> Sequencer<B> {
                 }
                 let mut held = p.take_held();
                 let n = held.len();
-                p.in_flight += n;
+                p.in_flight += n as u32;
                 self.in_flight += n;
                 out.append(&mut held);
             }
@@ -325,15 +439,7 @@ impl<B: Sealable> Sequencer<B> {
                 let Some(mut b) = p.queued.pop_front() else {
                     break;
                 };
-                b.set_seq(Some(Seq {
-                    producer_id,
-                    epoch,
-                    base: p.next_seq,
-                    uncertain: false,
-                }));
-                p.window.push_back((p.next_seq, false));
-                p.next_seq = seq_add(p.next_seq, b.records());
-                p.in_flight += 1;
+                p.seal(&mut b, producer_id, epoch);
                 self.in_flight += 1;
                 out.push(b);
             }
@@ -363,7 +469,11 @@ impl<B: Sealable> Sequencer<B> {
         debug_assert!(p.in_flight > 0, "a batch came back that was not out");
         p.in_flight = p.in_flight.saturating_sub(1);
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.dirty.insert(k);
+        // Something may go now: the window has room again, or everything out is back for
+        // a resend. A partition with nothing waiting is left alone (the common case).
+        if !p.queued.is_empty() || p.must_resend() {
+            self.dirty.insert(k);
+        }
         Some(p)
     }
 
@@ -393,16 +503,7 @@ impl<B: Sealable> Sequencer<B> {
         if seq_distance(p.acked_next, end) <= seq_distance(p.acked_next, p.next_seq) {
             p.acked_next = end;
         }
-        if let Some(e) = p.window.iter_mut().find(|e| e.0 == seq.base) {
-            e.1 = true;
-        }
-        while p.window.front().is_some_and(|e| e.1) {
-            p.window.pop_front();
-        }
-        if p.window.is_empty() {
-            // As for `queued` in `ready`: most partitions' windows are empty between batches.
-            p.window.shrink_to_fit();
-        }
+        p.window.ack(seq.base);
     }
 
     /// A sealed batch came back without an acknowledgement; the caller then holds it
@@ -635,6 +736,7 @@ mod model;
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[derive(Debug)]
     pub(super) struct TB {
@@ -911,5 +1013,135 @@ pub(super) mod tests {
         });
         s.ready(Instant::now(), |_| true, &mut out);
         assert_eq!(out.len(), 3, "both batches of (2, 0) once it is sendable");
+    }
+
+    #[test]
+    fn a_batch_is_sealed_at_once_only_when_nothing_waits_before_it() {
+        let tb = |ids: Vec<u64>| TB {
+            part: (1, 0),
+            ids,
+            seq: None,
+        };
+        let mut s: Sequencer<TB> = Sequencer::new();
+        assert!(
+            s.submit_or_seal(tb(vec![0]), true).is_none(),
+            "no producer id yet"
+        );
+        s.id_request_due();
+        s.producer_ready(1, 0, |_| {});
+        let mut out = Vec::new();
+        s.ready(Instant::now(), |_| true, &mut out);
+        assert_eq!(out.len(), 1, "the queued one goes first");
+        let mut bases = vec![out[0].seq.unwrap().base];
+        for i in 1..5u64 {
+            let b = s.submit_or_seal(tb(vec![2 * i, 2 * i + 1]), true);
+            bases.push(b.expect("room in the window").seq.unwrap().base);
+        }
+        assert_eq!(bases, [0, 1, 3, 5, 7]);
+        assert_eq!(s.in_flight(), 5);
+        assert_eq!(s.dirty_parts().count(), 0, "the direct path marks nothing");
+        assert!(
+            s.submit_or_seal(tb(vec![10]), true).is_none(),
+            "the window is full"
+        );
+        assert!(
+            s.submit_or_seal(tb(vec![11]), true).is_none(),
+            "one waits, so the next waits behind it"
+        );
+        let first = out.pop().unwrap();
+        s.on_ack((1, 0), first.seq.unwrap(), 1);
+        assert!(
+            s.submit_or_seal(tb(vec![12]), true).is_none(),
+            "a slot opened, but two wait before it"
+        );
+        s.ready(Instant::now(), |_| true, &mut out);
+        assert_eq!(out.len(), 1, "one slot opened");
+        assert_eq!(out[0].ids, [10]);
+        assert_eq!(out[0].seq.unwrap().base, 9);
+        // Acknowledging with nothing waiting marks nothing for the next scan.
+        let mut s: Sequencer<TB> = Sequencer::new();
+        s.id_request_due();
+        s.producer_ready(1, 0, |_| {});
+        let b = s.submit_or_seal(tb(vec![0]), true).unwrap();
+        assert!(
+            s.submit_or_seal(
+                TB {
+                    part: (2, 0),
+                    ids: vec![1],
+                    seq: None
+                },
+                false
+            )
+            .is_none(),
+            "not sendable"
+        );
+        s.on_ack((1, 0), b.seq.unwrap(), 1);
+        assert_eq!(s.dirty_parts().collect::<Vec<_>>(), [(2, 0)]);
+        // A batch back for a resend makes new ones wait until it went again.
+        let b = s.submit_or_seal(tb(vec![2]), true).unwrap();
+        s.on_back((1, 0));
+        s.hold(b, None, false);
+        assert!(s.submit_or_seal(tb(vec![3]), true).is_none());
+        s.ready(Instant::now(), |_| true, &mut out);
+        let ids: Vec<_> = out[1..].iter().map(|b| b.ids.clone()).collect();
+        assert_eq!(ids, [vec![1], vec![2], vec![3]]);
+    }
+
+    #[derive(Debug, Clone)]
+    enum WinOp {
+        Push(i32),
+        Ack(i32),
+        /// Keep entries whose base is not `r` modulo 3.
+        Retain(i32),
+        Clear,
+    }
+
+    proptest! {
+        /// The inline window behaves as the queue of (base, acknowledged) it replaced.
+        #[test]
+        fn the_window_behaves_as_a_queue(ops in proptest::collection::vec(
+            prop_oneof![
+                4 => (0..12i32).prop_map(WinOp::Push),
+                4 => (0..12i32).prop_map(WinOp::Ack),
+                1 => (0..3i32).prop_map(WinOp::Retain),
+                1 => Just(WinOp::Clear),
+            ],
+            0..60,
+        )) {
+            let mut w = Window::default();
+            let mut q: VecDeque<(i32, bool)> = VecDeque::new();
+            for op in ops {
+                match op {
+                    WinOp::Push(b) if q.len() < MAX_IN_FLIGHT_PER_PARTITION => {
+                        w.push(b);
+                        q.push_back((b, false));
+                    }
+                    WinOp::Push(_) => {}
+                    WinOp::Ack(b) => {
+                        w.ack(b);
+                        if let Some(e) = q.iter_mut().find(|e| e.0 == b) {
+                            e.1 = true;
+                        }
+                        while q.front().is_some_and(|e| e.1) {
+                            q.pop_front();
+                        }
+                    }
+                    WinOp::Retain(r) => {
+                        w.retain(|b| b.rem_euclid(3) != r);
+                        q.retain(|e| e.0.rem_euclid(3) != r);
+                    }
+                    WinOp::Clear => {
+                        w.clear();
+                        q.clear();
+                    }
+                }
+                let got: Vec<(i32, bool)> = (0..w.len())
+                    .map(|i| (w.bases[i], w.acked & (1 << i) != 0))
+                    .collect();
+                let want: Vec<(i32, bool)> = q.iter().copied().collect();
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(u32::from(w.acked) >> w.len, 0, "no stale bits");
+            }
+        }
     }
 }

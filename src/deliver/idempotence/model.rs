@@ -115,9 +115,13 @@ enum Fault {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Submit(usize, usize),
+    /// `n` records for partition `p`; `direct`: through [`Sequencer::submit_or_seal`]
+    /// (sealed at once when the partition may send), else queued for `ready`.
+    Submit(usize, usize, bool),
     /// Settle the oldest request of partition `p` on the connection to broker `b`.
-    Deliver(usize, usize, Fault),
+    /// `pump`: the router looks for batches to send before the next event (else the
+    /// next event comes first, as when the router handles several in one turn).
+    Deliver(usize, usize, Fault, bool),
     /// The partition's leadership moves to the other broker.
     MoveLeader(usize),
 }
@@ -137,8 +141,9 @@ fn fault() -> impl Strategy<Value = Fault> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3usize, 1..4usize).prop_map(|(p, n)| Op::Submit(p, n)),
-        6 => (0..3usize, 0..2usize, fault()).prop_map(|(p, b, f)| Op::Deliver(p, b, f)),
+        4 => (0..3usize, 1..4usize, any::<bool>()).prop_map(|(p, n, d)| Op::Submit(p, n, d)),
+        6 => (0..3usize, 0..2usize, fault(), prop::bool::weighted(0.75))
+            .prop_map(|(p, b, f, pump)| Op::Deliver(p, b, f, pump)),
         1 => (0..3usize).prop_map(Op::MoveLeader),
     ]
 }
@@ -242,10 +247,22 @@ impl World {
         let mut out = Vec::new();
         self.seq.ready(self.now, |_| true, &mut out);
         for b in out {
-            self.check_send(&b);
-            let i = b.part.1 as usize;
-            self.wire[i][self.leader[i]].push_back(b);
+            self.send(b);
         }
+        for p in self.seq.parts.values() {
+            assert!(
+                p.window.len() <= MAX_IN_FLIGHT_PER_PARTITION,
+                "a window holds {} entries",
+                p.window.len()
+            );
+        }
+    }
+
+    /// A sealed batch goes to its partition's leader.
+    fn send(&mut self, b: TB) {
+        self.check_send(&b);
+        let i = b.part.1 as usize;
+        self.wire[i][self.leader[i]].push_back(b);
     }
 
     /// The broker of partition `i` handles `b`; what it writes is remembered.
@@ -366,21 +383,28 @@ fn run(parts: usize, ops: &[Op]) -> World {
     let mut submitted: Vec<Vec<u64>> = vec![Vec::new(); parts];
     for op in ops {
         match *op {
-            Op::Submit(p, n) => {
+            Op::Submit(p, n, direct) => {
                 let p = p % parts;
                 let ids: Vec<u64> = (w.next_id..w.next_id + n as u64).collect();
                 w.next_id += n as u64;
                 submitted[p].extend(&ids);
-                w.seq.submit(TB {
+                let b = TB {
                     part: (7, p as i32),
                     ids,
                     seq: None,
-                });
+                };
+                if !direct {
+                    w.seq.submit(b);
+                } else if let Some(b) = w.seq.submit_or_seal(b, true) {
+                    w.send(b);
+                }
             }
-            Op::Deliver(p, b, fault) => w.deliver(p % parts, b, fault),
+            Op::Deliver(p, b, fault, _) => w.deliver(p % parts, b, fault),
             Op::MoveLeader(p) => w.leader[p % parts] ^= 1,
         }
-        w.pump();
+        if !matches!(op, Op::Deliver(_, _, _, false)) {
+            w.pump();
+        }
     }
     // Then a healthy network until everything is settled.
     for _ in 0..10_000 {

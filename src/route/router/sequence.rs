@@ -8,7 +8,7 @@ use super::Router;
 use crate::deliver::idempotence::{Mode, Sealable};
 use crate::kafka::errors::{classify, error_name, sequence_action, ErrorAction, SequenceAction};
 use crate::pipeline::{
-    count_failed_attempt, Batch, FetchRequest, IdRequest, ProducerIdError, ReturnReason,
+    count_failed_attempt, Batch, FetchRequest, IdRequest, PartKey, ProducerIdError, ReturnReason,
 };
 use crate::report::discards;
 use crate::report::metrics::{Counter, DiscardReason, Idempotence, QueueState};
@@ -20,14 +20,23 @@ const ID_REQUEST_RETRY: Duration = Duration::from_millis(50);
 const SEQ_UNPARK_MAX: Duration = Duration::from_secs(1);
 
 impl Router {
-    /// A new batch (counted as SendWait) for its partition: with idempotence it waits in
-    /// the sequencer for its turn; without, it goes to the leader at once.
+    /// A new batch (counted as SendWait) for its partition: with idempotence it is sealed
+    /// and sent at once if its partition may send now, or waits in the sequencer for its
+    /// turn; without, it goes to the leader at once.
     pub(super) fn send_new(&mut self, batch: Batch) {
         if self.seq.mode() == Mode::Off {
-            self.dispatch(batch);
-        } else {
-            self.seq.submit(batch);
+            return self.dispatch(batch);
         }
+        let sendable = self.leader_sendable(batch.part());
+        if let Some(sealed) = self.seq.submit_or_seal(batch, sendable) {
+            self.dispatch(sealed);
+        }
+    }
+
+    /// Whether a partition may send: its leader is known and not known to be down.
+    fn leader_sendable(&mut self, k: PartKey) -> bool {
+        let leader = self.view(k.0).and_then(|v| v.leader_of(k.1));
+        leader.is_some_and(|l| self.brokers.get(&l).is_none_or(|b| b.up))
     }
 
     /// Hands the batches the sequencer releases, sealed, to their leaders' dispatchers.
@@ -56,8 +65,7 @@ impl Router {
         let mut sendable = std::mem::take(&mut self.sendable);
         sendable.clear();
         for &k in &dirty {
-            let leader = self.view(k.0).and_then(|v| v.leader_of(k.1));
-            if leader.is_some_and(|l| self.brokers.get(&l).is_none_or(|b| b.up)) {
+            if self.leader_sendable(k) {
                 sendable.insert(k, ());
             }
         }
