@@ -55,16 +55,13 @@ impl Receiver_ {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let e = match self.read_response(&entry, &mut frame) {
-                Ok(resp) => {
-                    let codes = answer_codes(&resp);
-                    match unanswered(&entry, &codes) {
-                        None => {
-                            self.settle(entry, &codes);
-                            continue;
-                        }
-                        Some(e) => e,
+                Ok(resp) => match part_codes(&entry, &resp) {
+                    Ok(codes) => {
+                        self.settle(entry, &codes);
+                        continue;
                     }
-                }
+                    Err(e) => e,
+                },
                 Err(e) => e,
             };
             self.connection_lost(&e, entry, &from_sender, &dead);
@@ -122,17 +119,21 @@ impl Receiver_ {
     }
 
     /// Applies each partition's error code to its messages.
-    fn settle(&mut self, entry: InFlight, codes: &AnswerCodes<'_>) {
+    /// `codes[i]` answers `entry.parts[i]` (see [`part_codes`]).
+    fn settle(&mut self, entry: InFlight, codes: &[i16]) {
         let acked_at = Instant::now();
         let mut retry = Vec::new();
         let mut backoff = Vec::new();
         let mut reroute = Vec::new();
         let mut acks = Vec::new();
-        for mut p in entry.parts {
-            let code = codes
-                .get(&(&p.name[..], p.partition))
-                .copied()
-                .unwrap_or(-1);
+        debug_assert_eq!(entry.parts.len(), codes.len());
+        let mut parts = entry.parts.into_iter().zip(codes).peekable();
+        while let Some((mut p, &code)) = parts.next() {
+            // With thousands of topics each partition's counters are cold: the next one's
+            // load overlaps this one's work.
+            if let Some((next, _)) = parts.peek() {
+                self.metrics.prefetch_topic_ack(next.topic);
+            }
             let n = p.msgs.len() as u64;
             self.metrics
                 .queue_add(p.topic, QueueState::AckWait, -(n as i64));
@@ -238,6 +239,34 @@ impl Receiver_ {
     }
 }
 
+/// Each part's error code, in the request's order, or the first part the response leaves
+/// unanswered. Brokers answer in the request's order, so that is tried first: a walk of
+/// both lists that compares names, with no hashing. Any other order (or a partition
+/// answered twice, or an extra one) goes through [`answer_codes`].
+fn part_codes(
+    entry: &InFlight,
+    resp: &produce::ProduceResponse<'_>,
+) -> Result<Vec<i16>, ResponseError> {
+    let in_order = resp.partitions.len() == entry.parts.len()
+        && entry
+            .parts
+            .iter()
+            .zip(&resp.partitions)
+            .all(|(p, q)| q.partition == p.partition && q.topic == &p.name[..]);
+    if in_order {
+        return Ok(resp.partitions.iter().map(|q| q.error_code).collect());
+    }
+    let codes = answer_codes(resp);
+    if let Some(e) = unanswered(entry, &codes) {
+        return Err(e);
+    }
+    Ok(entry
+        .parts
+        .iter()
+        .map(|p| codes[&(&p.name[..], p.partition)])
+        .collect())
+}
+
 /// Each partition's error code in a response, by topic name and partition. Hashed with
 /// std's randomly keyed SipHash, not the hot path's [`crate::fasthash`]: the names come
 /// from the broker, and a fixed hash would let a hostile or broken one send names that all
@@ -331,6 +360,26 @@ mod tests {
             .map(|p| codes[&(&p.name[..], p.partition)])
             .collect();
         assert_eq!(got, [3, 0, 6]);
+    }
+
+    #[test]
+    fn codes_in_the_request_order_need_no_index_and_agree_with_it() {
+        let entry = in_flight(vec![part(0, "a", 0), part(0, "a", 1), part(1, "b", 0)]);
+        let resp = response(&[("a", &[(0, 3), (1, 0)]), ("b", &[(0, 6)])]);
+        assert_eq!(part_codes(&entry, &resp).unwrap(), [3, 0, 6]);
+        // The same answers in another order, through the index.
+        let resp = response(&[("b", &[(0, 6)]), ("a", &[(1, 0), (0, 3)])]);
+        assert_eq!(part_codes(&entry, &resp).unwrap(), [3, 0, 6]);
+        // One too many, answering a partition twice: the first answer counts.
+        let resp = response(&[("a", &[(0, 3), (0, 0), (1, 0)]), ("b", &[(0, 6)])]);
+        assert_eq!(part_codes(&entry, &resp).unwrap(), [3, 0, 6]);
+        // As many as asked, but one of them for a partition not asked.
+        let resp = response(&[("a", &[(0, 3), (1, 0)]), ("b", &[(1, 6)])]);
+        let e = part_codes(&entry, &resp).expect_err("b 0 is missing");
+        assert!(
+            matches!(&e, ResponseError::Missing { topic, partition: 0 } if topic == "b"),
+            "{e}"
+        );
     }
 
     #[test]

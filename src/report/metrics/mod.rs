@@ -542,6 +542,13 @@ impl Metrics {
         self.topics.prefetch(t);
     }
 
+    /// Starts loading all of topic `t`'s counters: a hint for the next partition of a
+    /// response while the acknowledgement thread settles this one.
+    #[inline]
+    pub fn prefetch_topic_ack(&self, t: TopicId) {
+        self.topics.prefetch_all(t);
+    }
+
     /// Moves `delta` messages of topic `t` into (positive) or out of (negative) a state.
     pub fn queue_add(&self, t: TopicId, state: QueueState, delta: i64) {
         self.topics.stats(t).queued[state as usize].fetch_add(delta, Ordering::Relaxed);
@@ -937,17 +944,27 @@ mod tests {
             .map(|i| m.topic_id(format!("topic{i}").as_bytes()).unwrap())
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
+        // The workers start once the checker has scraped once, so it scrapes while they
+        // work even when the machine runs it late (on 2 busy cores it once never ran).
+        let start = Arc::new(std::sync::Barrier::new(4));
         let checker = {
             let stop = Arc::clone(&stop);
+            let start = Arc::clone(&start);
             std::thread::spawn(move || {
                 let mut scrapes = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     for s in m.snapshot_topics() {
                         assert!(s.in_flight >= 0, "negative in_flight: {s:?}");
                         let sum = s.delivered + s.discarded_total();
                         assert_eq!(s.received, sum + s.in_flight as u64);
                     }
                     scrapes += 1;
+                    if scrapes == 1 {
+                        start.wait();
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                 }
                 scrapes
             })
@@ -955,7 +972,9 @@ mod tests {
         let workers: Vec<_> = (0..3)
             .map(|w| {
                 let topics = topics.clone();
+                let start = Arc::clone(&start);
                 std::thread::spawn(move || {
+                    start.wait();
                     for i in 0..20_000u64 {
                         let t = topics[(i as usize + w) % topics.len()];
                         m.received(t, 1);

@@ -130,6 +130,15 @@ impl TopicTable {
         crate::prefetch::bytes(&s.queued, std::mem::size_of_val(&s.queued));
     }
 
+    /// Starts loading all of `id`'s slot: settling an acknowledgement touches most of it
+    /// (the queue states, the delivered count, the commit point and latency cells).
+    #[inline]
+    pub(super) fn prefetch_all(&self, id: TopicId) {
+        if let Some(s) = self.slot(id) {
+            crate::prefetch::bytes(s, std::mem::size_of::<TopicStats>());
+        }
+    }
+
     pub(super) fn max_topics(&self) -> usize {
         self.max_topics
     }
