@@ -285,6 +285,9 @@ impl Router {
     /// shutdown is complete.
     fn handle(&mut self, ev: Event) -> bool {
         let brokers_may_change = !matches!(ev, Event::Input(_));
+        // The clock is read once for an input batch: its timers are checked at the instant
+        // it was routed (microseconds early at most; the next wait catches up).
+        let mut read_at = None;
         match ev {
             Event::Control(Control::Shutdown { deadline }) => {
                 log::info!("router: shutting down, delivering until the deadline");
@@ -294,8 +297,10 @@ impl Router {
             Event::Meta(m) => self.on_metadata(m),
             Event::ProducerId(r) => self.on_producer_id(r),
             Event::Input(msgs) => {
-                self.on_input(msgs);
+                let now = Instant::now();
+                self.on_input(msgs, now);
                 self.channel_batches_done += 1;
+                read_at = Some(now);
             }
             Event::InputsClosed => {
                 self.inputs_open = false;
@@ -306,7 +311,7 @@ impl Router {
             }
             Event::Tick => {}
         }
-        self.on_timers();
+        self.on_timers_at(read_at.unwrap_or_else(Instant::now));
         self.pump_sequence();
         if brokers_may_change {
             self.publish_brokers();
@@ -321,7 +326,11 @@ impl Router {
     }
 
     fn next_wakeup(&self) -> Instant {
-        let now = Instant::now();
+        self.next_wakeup_at(Instant::now())
+    }
+
+    /// When the router must wake next, as seen at `now` (never before it).
+    fn next_wakeup_at(&self, now: Instant) -> Instant {
         // Wakes at least every heartbeat tick, so an idle router still proves it is alive.
         let mut t = self.next_periodic_refresh.min(now + HEARTBEAT_TICK);
         let mut consider = |x: Option<Instant>| {
@@ -349,8 +358,12 @@ impl Router {
 
     // ----- timers -----
 
+    #[cfg(test)]
     fn on_timers(&mut self) {
-        let now = Instant::now();
+        self.on_timers_at(Instant::now());
+    }
+
+    fn on_timers_at(&mut self, now: Instant) {
         if now >= self.next_periodic_refresh {
             self.next_periodic_refresh =
                 now + jittered(self.cfg.delivery.metadata_refresh_interval, &mut self.rng);

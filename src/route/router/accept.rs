@@ -65,8 +65,8 @@ impl Router {
     }
 
     /// A batch from the inputs' channel; the emptied vector goes back to the inputs.
-    pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>) {
-        self.route_batch(&mut msgs, true, Instant::now());
+    pub(super) fn on_input(&mut self, mut msgs: Vec<Msg>, now: Instant) {
+        self.route_batch(&mut msgs, true, now);
         // Full (inputs are not taking them): let it go.
         let _ = self.ch.spare_batches.try_send(msgs);
     }

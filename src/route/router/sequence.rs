@@ -41,7 +41,9 @@ impl Router {
 
     /// Hands the batches the sequencer releases, sealed, to their leaders' dispatchers.
     pub(super) fn pump_sequence(&mut self) {
-        if matches!(self.seq.mode(), Mode::Off) {
+        if matches!(self.seq.mode(), Mode::Off) || self.seq.idle() {
+            // Nothing dirty and nothing parked (the common case, batches sealing at once):
+            // not even the clock is read.
             return;
         }
         // Partitions parked as unsendable are looked at again when leaders or brokers

@@ -92,15 +92,20 @@ impl SharedRouter {
         };
         loop {
             heartbeat.beat();
-            let (wake_at, inputs_open, shutdown_delay) = {
+            let (timeout, inputs_open, shutdown_delay) = {
                 let mut r = self.lock();
                 r.start_due_fetches();
                 r.request_producer_id();
-                let t = r.next_wakeup();
+                let now = Instant::now();
+                let t = r.next_wakeup_at(now);
                 r.asleep_until = Some(t);
-                (t, r.inputs_open, r.cfg.delivery.shutdown_max_delay)
+                (
+                    t.saturating_duration_since(now),
+                    r.inputs_open,
+                    r.cfg.delivery.shutdown_max_delay,
+                )
             };
-            let ev = waits.next(wake_at, inputs_open, shutdown_delay);
+            let ev = waits.next(timeout, inputs_open, shutdown_delay);
             let mut r = self.lock();
             r.asleep_until = None;
             r.input_waiting = !waits.ev.from_inputs.is_empty();
@@ -143,14 +148,13 @@ impl SharedRouter {
 }
 
 impl Waits {
-    /// The next event, waiting until `wake_at` at most.
+    /// The next event, waiting `timeout` at most.
     fn next(
         &mut self,
-        wake_at: Instant,
+        timeout: std::time::Duration,
         inputs_open: bool,
         shutdown_delay: std::time::Duration,
     ) -> Event {
-        let timeout = wake_at.saturating_duration_since(Instant::now());
         let closed = crossbeam_channel::never();
         let ev = &mut self.ev;
         let inputs = if inputs_open {
