@@ -78,20 +78,18 @@ impl NotifySocket {
 }
 
 /// Starts dory and waits for a notification satisfying `pred`; returns the daemon and the
-/// notification's index. `free_port` releases the ports it picks before dory binds them,
-/// so another process can take one in between: a start that ends with "Address already in
-/// use" before the notification is retried with new ports (as `Dory::wait_ready` does), at
-/// most three times.
+/// notification's index. A start that ends because a free port was taken in between is
+/// retried with new ports, as `Dory::wait_ready` does.
 fn start_until(
     args: &DoryArgs,
     notify: &NotifySocket,
     what: &str,
     pred: impl Fn(&str) -> bool,
 ) -> (Dory, usize) {
-    let mut retries = 3;
+    let mut retries = PORT_RETRIES;
+    let mut from = notify.messages().len();
+    let mut dory = Dory::start(args.clone());
     loop {
-        let from = notify.messages().len();
-        let mut dory = Dory::start(args.clone());
         let got = poll_until(what, WAIT, || {
             let msgs = notify.messages();
             if let Some(i) = msgs[from..].iter().position(|(_, m)| pred(m)) {
@@ -105,13 +103,11 @@ fn start_until(
         if let Some(i) = got {
             return (dory, i);
         }
-        let logs = dory.logs();
-        if retries > 0 && logs.contains("Address already in use") {
-            retries -= 1;
-            eprintln!("dory could not bind a free port (taken in between); again:\n{logs}");
-            continue;
+        // The exited daemon sends nothing more: only what the next one sends counts.
+        from = notify.messages().len();
+        if !dory.restart_if_port_taken(&mut retries) {
+            panic!("dory exited before {what}:\n{}", dory.logs());
         }
-        panic!("dory exited before {what}:\n{logs}");
     }
 }
 

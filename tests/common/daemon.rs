@@ -38,6 +38,10 @@ impl DoryArgs {
     }
 }
 
+/// Restarts allowed when dory loses a port `free_port` chose to another process (see
+/// [`Dory::restart_if_port_taken`]).
+pub const PORT_RETRIES: u32 = 3;
+
 /// The real dory binary running in a fresh temp dir. Dropping it kills the process (if
 /// still running) and, when the test is failing, prints the daemon's stdout/stderr.
 pub struct Dory {
@@ -150,18 +154,13 @@ impl Dory {
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = String::from("no answer yet");
-        let mut port_retries = 3;
+        let mut port_retries = PORT_RETRIES;
         loop {
             if let Some(s) = self.proc.try_exit() {
-                // `free_port` releases the port before dory binds it: another test (or an
-                // outgoing connection) can take it in between. Only that is retried.
-                let logs = self.proc.logs();
-                if port_retries > 0 && logs.contains("Address already in use") {
-                    port_retries -= 1;
-                    eprintln!("dory could not bind a free port (taken in between); again:\n{logs}");
-                    *self = Dory::start(self.args.clone());
+                if self.restart_if_port_taken(&mut port_retries) {
                     continue;
                 }
+                let logs = self.proc.logs();
                 panic!("dory exited with {s} before becoming ready; last /health: {last}\n{logs}");
             }
             match self.http_get_result("/health") {
@@ -174,6 +173,21 @@ impl Dory {
             }
             thread::sleep(POLL_INTERVAL);
         }
+    }
+
+    /// After dory exited: if it could not bind a port `free_port` chose (released before
+    /// dory binds it, so another test or an outgoing connection can take it in between),
+    /// starts it again with new ports and returns true, while `retries` lasts. Any other
+    /// exit is left to the caller.
+    pub fn restart_if_port_taken(&mut self, retries: &mut u32) -> bool {
+        let logs = self.proc.logs();
+        if *retries == 0 || !logs.contains("Address already in use") {
+            return false;
+        }
+        *retries -= 1;
+        eprintln!("dory could not bind a free port (taken in between); again:\n{logs}");
+        *self = Dory::start(self.args.clone());
+        true
     }
 
     pub fn pid(&self) -> u32 {
