@@ -70,27 +70,29 @@ impl LatencyHistogram {
     /// costs two adds, not a pass over every bucket: with thousands of topics this runs
     /// once per small batch).
     pub fn record(&self, latencies: impl IntoIterator<Item = (Duration, u64)>) {
-        let mut run: Option<(usize, u64)> = None;
+        // (bucket, messages) of the current run; no bucket before the first pair.
+        let mut run = (BUCKETS, 0u64);
         let mut sum = 0u64;
         for (l, n) in latencies {
             let b = bucket(l);
-            run = match run {
-                Some((rb, rn)) if rb == b => Some((rb, rn + n)),
-                other => {
-                    if let Some((rb, rn)) = other.filter(|r| r.1 > 0) {
-                        self.counts[rb].fetch_add(rn, Ordering::Relaxed);
-                    }
-                    Some((b, n))
-                }
-            };
+            if b != run.0 {
+                self.add_run(run);
+                run = (b, 0);
+            }
+            run.1 += n;
             let micros = u64::try_from(l.as_micros()).unwrap_or(u64::MAX);
             sum = sum.saturating_add(micros.saturating_mul(n));
         }
-        if let Some((rb, rn)) = run.filter(|r| r.1 > 0) {
-            self.counts[rb].fetch_add(rn, Ordering::Relaxed);
-        }
+        self.add_run(run);
         if sum > 0 {
             self.sum_micros.fetch_add(sum, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `n` messages to bucket `b` (nothing for an empty run).
+    fn add_run(&self, (b, n): (usize, u64)) {
+        if n > 0 {
+            self.counts[b].fetch_add(n, Ordering::Relaxed);
         }
     }
 
