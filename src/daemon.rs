@@ -72,6 +72,7 @@ impl Inputs {
                     d,
                     cfg.input.max_datagram_msg_size,
                     cfg.input.busy_poll,
+                    cfg.input.avoid_sender_cpu,
                     ctx.clone(),
                 )?);
             }

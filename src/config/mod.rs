@@ -83,6 +83,7 @@ pub struct RawInput {
     pub max_stream_msg_size: Option<ByteSize>,
     pub msg_buffer_max: Option<ByteSize>,
     pub busy_poll_us: Option<u64>,
+    pub avoid_sender_cpu: Option<bool>,
     pub inline_routing: Option<bool>,
     pub max_topics: Option<u64>,
 }
@@ -220,6 +221,9 @@ pub struct InputConfig {
     pub max_stream_msg_size: usize,
     /// Longest spin of the datagram input on an empty queue while senders are ahead of it.
     pub busy_poll: Duration,
+    /// The datagram input moves to another CPU when a sender it woke preempted it (see
+    /// `input::unstack`).
+    pub avoid_sender_cpu: bool,
     /// Inputs route their batches on their own thread while the router is idle (see
     /// `route::SharedRouter`); false: every batch through the router's queue.
     pub inline_routing: bool,
@@ -650,6 +654,7 @@ impl Config {
                 max_datagram_msg_size: to_usize("input.max_datagram_msg_size", max_datagram)?,
                 max_stream_msg_size: to_usize("input.max_stream_msg_size", max_stream)?,
                 busy_poll: Duration::from_micros(busy_poll_us),
+                avoid_sender_cpu: input.avoid_sender_cpu.unwrap_or(true),
                 inline_routing: input.inline_routing.unwrap_or(true),
                 max_topics: to_usize("input.max_topics", max_topics)?,
             },
@@ -784,6 +789,16 @@ mod tests {
         assert_eq!(c.status.per_topic_metrics, PerTopicMetrics::Accounting);
         let c = with_section("delivery", "batch_scheduling = false").expect("valid");
         assert!(!c.delivery.batch_scheduling);
+    }
+
+    #[test]
+    fn avoid_sender_cpu_defaults_on() {
+        let c = Config::from_parts(RawConfig::default(), false, &flags()).expect("valid");
+        assert!(c.input.avoid_sender_cpu);
+        let c = with_section("input", "avoid_sender_cpu = false").expect("valid");
+        assert!(!c.input.avoid_sender_cpu);
+        let e = with_section("input", "avoid_sender_cpu = 1").unwrap_err();
+        assert!(e.to_string().contains("avoid_sender_cpu"), "{e}");
     }
 
     #[test]

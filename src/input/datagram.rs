@@ -2,7 +2,9 @@
 //! `recvmmsg` (waking every [`STOP_POLL`] to look at the stop flag), then takes whatever
 //! else is queued without blocking, and hands messages to the router in batches of up to
 //! [`INPUT_BATCH_MAX`]. While senders are ahead of it (a backlog), it polls an empty queue
-//! for a short while before sleeping ([`BusyPoll`]).
+//! for a short while before sleeping ([`BusyPoll`]). When a sender it woke is queued on
+//! its own CPU and preempts it, it moves to another CPU (`input.avoid_sender_cpu`,
+//! `input::unstack`).
 //!
 //! Senders block when the socket's queue is full; on Linux that queue holds
 //! `net.unix.max_dgram_qlen` datagrams (often only 10), so a slow daemon slows its clients
@@ -14,6 +16,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::unstack::Unstack;
 use super::{is_poll_timeout, remove_stale, set_mode, InputCtx, InputError, Source, STOP_POLL};
 use crate::config::UnixSocketConfig;
 use crate::pipeline::INPUT_BATCH_MAX;
@@ -31,6 +34,7 @@ impl DatagramInput {
         cfg: &UnixSocketConfig,
         max_msg_size: usize,
         busy_poll: Duration,
+        avoid_sender_cpu: bool,
         ctx: InputCtx,
     ) -> Result<DatagramInput, InputError> {
         match check_datagram_size(max_msg_size) {
@@ -63,7 +67,7 @@ impl DatagramInput {
             .name("input-dgram".into())
             .spawn({
                 let path = cfg.path.clone();
-                move || run(sock, &path, max_msg_size, busy_poll, ctx)
+                move || run(sock, &path, max_msg_size, busy_poll, avoid_sender_cpu, ctx)
             })
             .map_err(InputError::Thread)?;
         Ok(DatagramInput {
@@ -162,17 +166,26 @@ fn run(
     path: &std::path::Path,
     max_msg_size: usize,
     busy_poll: Duration,
+    avoid_sender_cpu: bool,
     ctx: InputCtx,
 ) {
     let mut batch = RecvBatch::new(max_msg_size);
     let mut out = Vec::with_capacity(INPUT_BATCH_MAX);
     let fd = sock.as_raw_fd();
-    let mut poller = BusyPoll::new(busy_poll, full_queue_len());
+    let full = full_queue_len();
+    let mut poller = BusyPoll::new(busy_poll, full);
+    // Off, or pinned to one CPU: never moves.
+    let mut unstack = avoid_sender_cpu.then(Unstack::new).flatten();
     let heartbeat = ctx.metrics.liveness().register("input-dgram", QUIET_MAX);
     loop {
         heartbeat.beat();
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
+                if n >= full {
+                    if let Some(u) = unstack.as_mut() {
+                        u.after_full_receive();
+                    }
+                }
                 let now = Instant::now();
                 ctx.batch_clock.set(Some(now));
                 ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
@@ -193,6 +206,11 @@ fn run(
                     }
                     match batch.recv(fd, libc::MSG_DONTWAIT) {
                         Ok(n) if n > 0 => {
+                            if n >= full {
+                                if let Some(u) = unstack.as_mut() {
+                                    u.after_full_receive();
+                                }
+                            }
                             let now = Instant::now();
                             ctx.batch_clock.set(Some(now));
                             ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
@@ -237,6 +255,12 @@ fn run(
         if ctx.stopping() {
             break;
         }
+    }
+    if let Some(u) = &unstack {
+        log::info!(
+            "datagram input: moved off its senders' CPU {} times",
+            u.moves()
+        );
     }
     // Stopping: no new clients can find the socket, then take what clients already
     // queued, so nothing the kernel accepted is dropped unseen.

@@ -15,6 +15,7 @@
 pub mod datagram;
 pub mod stream;
 pub mod topic_cache;
+mod unstack;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
