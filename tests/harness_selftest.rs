@@ -403,3 +403,24 @@ fn tansu_roundtrip_is_exact() {
     tansu.create_topic("selftest", 3);
     roundtrip(&tansu.bootstrap(), "selftest", 3, 12, 1500);
 }
+
+// ----- daemon start -------------------------------------------------------------------------
+
+/// `Dory::start` waits for dory's own listeners: a port counts only while this process
+/// listens on it, not another process (pid 1) and not a connected socket.
+#[test]
+fn listens_on_sees_only_the_processs_own_listener() {
+    let me = std::process::id();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    assert!(listens_on(me, port));
+    assert!(!listens_on(1, port));
+    let client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let client_port = client.local_addr().expect("addr").port();
+    assert!(
+        !listens_on(me, client_port),
+        "a connected socket is no listener"
+    );
+    drop(listener);
+    assert!(!listens_on(me, port));
+}

@@ -63,7 +63,37 @@ impl Dory {
     /// --tcp-port <free> --status-addr 127.0.0.1:<free> [--batch-time-ms N]
     /// [--config <tmp>/dory.toml]`.
     /// Does not wait; call [`Dory::wait_ready`].
+    /// Starts dory and waits until it listens on its status and TCP input ports (its own
+    /// sockets, deadline 30 s), starting it again on new ports while
+    /// [`PORT_RETRIES`] lasts if it lost one to another process in between. Panics, with
+    /// its output, if it exits otherwise or never listens.
     pub fn start(args: DoryArgs) -> Dory {
+        let mut dory = Dory::spawn(args);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut retries = PORT_RETRIES;
+        loop {
+            if let Some(s) = dory.proc.try_exit() {
+                if dory.restart_if_port_taken(&mut retries) {
+                    continue;
+                }
+                panic!("dory exited with {s} at start\n{}", dory.proc.logs());
+            }
+            let ports = [dory.status.port(), dory.tcp_port];
+            if ports.iter().all(|&p| listens_on(dory.pid(), p)) {
+                return dory;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "dory not listening on ports {ports:?} within 30 s\n{}",
+                    dory.proc.logs()
+                );
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Starts dory without waiting for anything.
+    fn spawn(args: DoryArgs) -> Dory {
         let dir = tempfile::tempdir().expect("temp dir");
         let saved = args.clone();
         let dgram = dir.path().join("dgram.sock");
@@ -186,7 +216,7 @@ impl Dory {
         }
         *retries -= 1;
         eprintln!("dory could not bind a free port (taken in between); again:\n{logs}");
-        *self = Dory::start(self.args.clone());
+        *self = Dory::spawn(self.args.clone());
         true
     }
 
@@ -438,4 +468,37 @@ impl Dory {
     pub fn start_isolated(args: DoryArgs) -> Dory {
         Dory::start(args)
     }
+}
+
+/// Whether process `pid` has a socket listening on TCP `port` (IPv4 or IPv6): a listener in
+/// `/proc/net/tcp{,6}` whose inode is one of the process's descriptors. Another process
+/// listening on the port does not count.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let inodes: Vec<String> = fds
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        fs::read_to_string(table).is_ok_and(|t| {
+            t.lines().skip(1).any(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // sl, local_address, rem_address, st, ..., inode (the 10th field).
+                f.len() > 9
+                    && f[3] == "0A"
+                    && f[1]
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| u16::from_str_radix(p, 16).ok())
+                        == Some(port)
+                    && inodes.iter().any(|i| i == f[9])
+            })
+        })
+    })
 }
