@@ -298,9 +298,9 @@ pub fn summarize(
                        "problems": problems})
             );
         }
-        if t == Target::Sink {
-            sink_rate = rate;
-            // The sustained rate over the ceiling's, run by run (module docs).
+        if matches!(t, Target::Sink | Target::SinkVariant) {
+            // The sustained rate over the ceiling's, run by run (module docs): for the
+            // variant too, so the two compare in the same runs.
             let sustained_ratio = median(
                 all.iter()
                     .zip(&ceilings)
@@ -322,6 +322,18 @@ pub fn summarize(
                     all.len()
                 ));
             }
+            if t == Target::SinkVariant {
+                if o.json {
+                    println!(
+                        "{}",
+                        json!({"kind": "sustained", "label": o.label, "target": t.key(),
+                               "topics": topic_count, "ratio_to_ceiling": sustained_ratio,
+                               "tail_s": tail, "runs_kept_up": kept_up})
+                    );
+                }
+                continue;
+            }
+            sink_rate = rate;
             let bound = o.rate.is_none().then(|| cpu_bound(results, &all)).flatten();
             if let Some(b) = &bound {
                 table.push_str(&format!(
