@@ -93,21 +93,34 @@ const STOP_DRAIN_MAX: usize = 100_000;
 /// Datagrams taken per `recvmmsg` call.
 const RECV_BATCH: usize = 32;
 
+/// How far each receive buffer starts past a multiple of the cache's set period: 5 lines.
+const BUFFER_SHIFT: usize = 5 * 64;
+
 /// Buffers for receiving up to [`RECV_BATCH`] datagrams with one `recvmmsg` call.
+///
+/// One region, a buffer of the largest datagram per slot, each starting [`BUFFER_SHIFT`]
+/// bytes further past a 64-byte boundary than the one before. With buffers of 64 KiB (the
+/// default largest datagram) laid out at a multiple of 4 KiB, every datagram began at
+/// nearly the same offset within its page, so the lines a receive writes and the input
+/// then reads fell into the same few cache sets, more of them than those sets hold.
 struct RecvBatch {
-    bufs: Vec<Vec<u8>>,
+    /// `RECV_BATCH` buffers of `max_msg_size` bytes, `stride` bytes apart.
+    region: Vec<u8>,
+    stride: usize,
+    max_msg_size: usize,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
 }
 
 impl RecvBatch {
     fn new(max_msg_size: usize) -> RecvBatch {
-        let mut bufs: Vec<Vec<u8>> = (0..RECV_BATCH).map(|_| vec![0u8; max_msg_size]).collect();
-        let iovecs: Vec<libc::iovec> = bufs
-            .iter_mut()
+        let stride = max_msg_size.next_multiple_of(64) + BUFFER_SHIFT;
+        let mut region = vec![0u8; RECV_BATCH * stride];
+        let iovecs: Vec<libc::iovec> = region
+            .chunks_exact_mut(stride)
             .map(|b| libc::iovec {
                 iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
+                iov_len: max_msg_size,
             })
             .collect();
         // SAFETY: mmsghdr is a plain C struct for which all-zero bytes are a valid value
@@ -116,7 +129,9 @@ impl RecvBatch {
             .map(|_| unsafe { std::mem::zeroed() })
             .collect();
         RecvBatch {
-            bufs,
+            region,
+            stride,
+            max_msg_size,
             iovecs,
             headers,
         }
@@ -131,8 +146,8 @@ impl RecvBatch {
             h.msg_len = 0;
         }
         // SAFETY: `headers` holds RECV_BATCH initialised mmsghdr entries whose single
-        // iovec each points into a live buffer of `bufs` (owned by self, not moved or
-        // resized after `new`) with its true length; the kernel writes at most that many
+        // iovec each points into its own buffer of `region` (owned by self, not moved or
+        // resized after `new`) with that buffer's true length; the kernel writes at most that many
         // bytes per entry and sets `msg_len`. A null timeout means the socket's own
         // SO_RCVTIMEO applies.
         let n = unsafe {
@@ -155,9 +170,9 @@ impl RecvBatch {
     fn datagrams(&self, n: usize) -> impl Iterator<Item = &[u8]> {
         self.headers
             .iter()
-            .zip(&self.bufs)
+            .zip(self.region.chunks_exact(self.stride))
             .take(n)
-            .map(|(h, b)| &b[..(h.msg_len as usize).min(b.len())])
+            .map(|(h, b)| &b[..(h.msg_len as usize).min(self.max_msg_size)])
     }
 }
 
@@ -445,6 +460,36 @@ pub(crate) fn check_datagram_size(max_msg_size: usize) -> DatagramCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sends datagrams of `sizes` (each a distinct byte pattern) over a socket pair,
+    /// receives them with one `RecvBatch` of `max`, and checks that they come out in order,
+    /// whole, or cut at `max`.
+    fn through_batch(max: usize, sizes: &[usize]) {
+        let (tx, rx) = UnixDatagram::pair().expect("socket pair");
+        let sent: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| (0..n).map(|i| (d * 31 + i * 7) as u8).collect())
+            .collect();
+        for d in &sent {
+            tx.send(d).expect("send");
+        }
+        let mut batch = RecvBatch::new(max);
+        let n = batch
+            .recv(rx.as_raw_fd(), libc::MSG_DONTWAIT)
+            .expect("receive");
+        assert_eq!(n, sizes.len(), "all queued datagrams in one receive");
+        let got: Vec<&[u8]> = batch.datagrams(n).collect();
+        let want: Vec<&[u8]> = sent.iter().map(|d| &d[..d.len().min(max)]).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn datagrams_come_out_whole_and_in_order() {
+        through_batch(64 << 10, &[1, 100, 0, 5000, 64 << 10, (64 << 10) + 10, 7]);
+        // A size that is no multiple of a cache line, and each buffer's last byte.
+        through_batch(1000, &[1000, 999, 1001, 3, 64, 65]);
+    }
 
     const W: Duration = Duration::from_micros(50);
 
