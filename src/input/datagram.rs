@@ -96,16 +96,25 @@ const RECV_BATCH: usize = 32;
 /// How far each receive buffer starts past a multiple of the cache's set period: 5 lines.
 const BUFFER_SHIFT: usize = 5 * 64;
 
+/// A transparent huge page: [`RecvBatch`]'s region starts on one, so that its buffers,
+/// 64 KiB apart by default, need one TLB entry rather than one each.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Buffers for receiving up to [`RECV_BATCH`] datagrams with one `recvmmsg` call.
 ///
 /// One region, a buffer of the largest datagram per slot, each starting [`BUFFER_SHIFT`]
 /// bytes further past a 64-byte boundary than the one before. With buffers of 64 KiB (the
 /// default largest datagram) laid out at a multiple of 4 KiB, every datagram began at
 /// nearly the same offset within its page, so the lines a receive writes and the input
-/// then reads fell into the same few cache sets, more of them than those sets hold.
+/// then reads fell into the same few cache sets, more of them than those sets hold. And
+/// the region starts on a huge page and asks for huge pages (`MADV_HUGEPAGE`; where the
+/// kernel allows them, as with `transparent_hugepage = madvise`), so 32 buffers on 32
+/// pages do not take 32 TLB entries (doc/performance.md, "Round twenty-two").
 struct RecvBatch {
-    /// `RECV_BATCH` buffers of `max_msg_size` bytes, `stride` bytes apart.
+    /// `start` bytes of padding (up to the first huge page boundary), then `RECV_BATCH`
+    /// buffers of `max_msg_size` bytes, `stride` bytes apart.
     region: Vec<u8>,
+    start: usize,
     stride: usize,
     max_msg_size: usize,
     iovecs: Vec<libc::iovec>,
@@ -115,8 +124,21 @@ struct RecvBatch {
 impl RecvBatch {
     fn new(max_msg_size: usize) -> RecvBatch {
         let stride = max_msg_size.next_multiple_of(64) + BUFFER_SHIFT;
-        let mut region = vec![0u8; RECV_BATCH * stride];
-        let iovecs: Vec<libc::iovec> = region
+        let used = RECV_BATCH * stride;
+        // Room to start on a huge page boundary; the padding before it is never touched.
+        let mut region = vec![0u8; used + HUGE_PAGE];
+        let start = region.as_ptr().align_offset(HUGE_PAGE).min(HUGE_PAGE);
+        // SAFETY: the range lies within `region` (start + used <= region.len()), which
+        // this struct owns; MADV_HUGEPAGE only changes how the kernel backs the pages,
+        // not their contents. Refused (no transparent huge pages), nothing changes.
+        unsafe {
+            libc::madvise(
+                region.as_mut_ptr().add(start).cast(),
+                used,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+        let iovecs: Vec<libc::iovec> = region[start..start + used]
             .chunks_exact_mut(stride)
             .map(|b| libc::iovec {
                 iov_base: b.as_mut_ptr().cast(),
@@ -130,6 +152,7 @@ impl RecvBatch {
             .collect();
         RecvBatch {
             region,
+            start,
             stride,
             max_msg_size,
             iovecs,
@@ -170,7 +193,7 @@ impl RecvBatch {
     fn datagrams(&self, n: usize) -> impl Iterator<Item = &[u8]> {
         self.headers
             .iter()
-            .zip(self.region.chunks_exact(self.stride))
+            .zip(self.region[self.start..].chunks_exact(self.stride))
             .take(n)
             .map(|(h, b)| &b[..(h.msg_len as usize).min(self.max_msg_size)])
     }
@@ -475,6 +498,7 @@ mod tests {
             tx.send(d).expect("send");
         }
         let mut batch = RecvBatch::new(max);
+        assert_eq!(batch.region[batch.start..].as_ptr() as usize % HUGE_PAGE, 0);
         let n = batch
             .recv(rx.as_raw_fd(), libc::MSG_DONTWAIT)
             .expect("receive");
