@@ -97,7 +97,8 @@ const RECV_BATCH: usize = 32;
 const BUFFER_SHIFT: usize = 5 * 64;
 
 /// A transparent huge page: [`RecvBatch`]'s region starts on one, so that its buffers,
-/// 64 KiB apart by default, need one TLB entry rather than one each.
+/// 64 KiB apart by default, need one TLB entry rather than one each (only that first one
+/// is asked for: at most 2 MiB of memory whatever the datagram limit).
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Buffers for receiving up to [`RECV_BATCH`] datagrams with one `recvmmsg` call.
@@ -128,13 +129,16 @@ impl RecvBatch {
         // Room to start on a huge page boundary; the padding before it is never touched.
         let mut region = vec![0u8; used + HUGE_PAGE];
         let start = region.as_ptr().align_offset(HUGE_PAGE).min(HUGE_PAGE);
-        // SAFETY: the range lies within `region` (start + used <= region.len()), which
-        // this struct owns; MADV_HUGEPAGE only changes how the kernel backs the pages,
-        // not their contents. Refused (no transparent huge pages), nothing changes.
+        // The first huge page only: with larger datagram limits each buffer would
+        // otherwise fault in a huge page of its own (32 × 2 MiB of memory).
+        // SAFETY: the range lies within `region` (start + used.min(HUGE_PAGE) <=
+        // region.len()), which this struct owns; MADV_HUGEPAGE only changes how the
+        // kernel backs the pages, not their contents. Refused (no transparent huge
+        // pages), nothing changes.
         unsafe {
             libc::madvise(
                 region.as_mut_ptr().add(start).cast(),
-                used,
+                used.min(HUGE_PAGE),
                 libc::MADV_HUGEPAGE,
             );
         }
@@ -294,11 +298,8 @@ fn run(
             break;
         }
     }
-    if let Some(u) = &unstack {
-        log::info!(
-            "datagram input: moved off its senders' CPU {} times",
-            u.moves()
-        );
+    if let Some(moves) = unstack.as_ref().map(Unstack::moves).filter(|&m| m > 0) {
+        log::info!("datagram input: moved off its senders' CPU {moves} times");
     }
     // Stopping: no new clients can find the socket, then take what clients already
     // queued, so nothing the kernel accepted is dropped unseen.
