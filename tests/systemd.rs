@@ -77,40 +77,6 @@ impl NotifySocket {
     }
 }
 
-/// Starts dory and waits for a notification satisfying `pred`; returns the daemon and the
-/// notification's index. A start that ends because a free port was taken in between is
-/// retried with new ports, as `Dory::wait_ready` does.
-fn start_until(
-    args: &DoryArgs,
-    notify: &NotifySocket,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-) -> (Dory, usize) {
-    let mut retries = PORT_RETRIES;
-    let mut from = notify.messages().len();
-    let mut dory = Dory::start(args.clone());
-    loop {
-        let got = poll_until(what, WAIT, || {
-            let msgs = notify.messages();
-            if let Some(i) = msgs[from..].iter().position(|(_, m)| pred(m)) {
-                return Ok(Some(from + i));
-            }
-            if dory.try_exit().is_some() {
-                return Ok(None);
-            }
-            Err(format!("received so far: {:?}", texts(&msgs)))
-        });
-        if let Some(i) = got {
-            return (dory, i);
-        }
-        // The exited daemon sends nothing more: only what the next one sends counts.
-        from = notify.messages().len();
-        if !dory.restart_if_port_taken(&mut retries) {
-            panic!("dory exited before {what}:\n{}", dory.logs());
-        }
-    }
-}
-
 fn texts(msgs: &[(Instant, String)]) -> Vec<&str> {
     msgs.iter().map(|(_, m)| m.as_str()).collect()
 }
@@ -131,9 +97,11 @@ fn notifies_ready_status_watchdog_and_stopping() {
         ("WATCHDOG_USEC".into(), "1000000".into()),
     ];
     let t0 = Instant::now();
+    let mut dory = Dory::start(args);
+
     // READY=1 arrives only once /health answers 200 (it only moves forward, so asking
     // after the datagram arrived shows whether it was sent too early).
-    let (mut dory, ready) = start_until(&args, &notify, "READY=1", |m| has_line(m, "READY=1"));
+    let ready = notify.wait_for("READY=1", WAIT, |m| has_line(m, "READY=1"));
     let (code, body) = dory.http_get("/health");
     assert_eq!(code, 200, "READY=1 sent while /health says {code} {body}");
     let before = notify.messages();
@@ -214,7 +182,8 @@ fn not_ready_without_metadata() {
     let mut args = DoryArgs::new([broker.clone()]);
     args.env = vec![("NOTIFY_SOCKET".into(), notify.path.display().to_string())];
     let t0 = Instant::now();
-    let (mut dory, _) = start_until(&args, &notify, "the starting status", |m| {
+    let mut dory = Dory::start(args);
+    notify.wait_for("the starting status", WAIT, |m| {
         m.contains("STATUS=starting: inputs open, waiting for metadata")
     });
     // An assertion window, not synchronisation: two seconds without READY=1.
@@ -275,7 +244,8 @@ fn watchdog_pid_of_another_process_gets_no_pings() {
         // pid 1 is never the daemon under test.
         ("WATCHDOG_PID".into(), "1".into()),
     ];
-    let (mut dory, _) = start_until(&args, &notify, "READY=1", |m| has_line(m, "READY=1"));
+    let mut dory = Dory::start(args);
+    notify.wait_for("READY=1", WAIT, |m| has_line(m, "READY=1"));
     dory.wait_ready();
     let status = dory.terminate(WAIT);
     assert!(status.success(), "exit status {status}");

@@ -322,19 +322,10 @@ pub fn summarize(
                     all.len()
                 ));
             }
-            if t == Target::SinkVariant {
-                if o.json {
-                    println!(
-                        "{}",
-                        json!({"kind": "sustained", "label": o.label, "target": t.key(),
-                               "topics": topic_count, "ratio_to_ceiling": sustained_ratio,
-                               "tail_s": tail, "runs_kept_up": kept_up})
-                    );
-                }
-                continue;
-            }
-            sink_rate = rate;
-            let bound = o.rate.is_none().then(|| cpu_bound(results, &all)).flatten();
+            // The CPU bound and the targets are the plain configuration's.
+            let bound = (t == Target::Sink && o.rate.is_none())
+                .then(|| cpu_bound(results, &all))
+                .flatten();
             if let Some(b) = &bound {
                 table.push_str(&format!(
                     "  CPU bound: the ceiling kept {:.2} of {} cores busy; dory's run took \
@@ -354,6 +345,10 @@ pub fn summarize(
                            "cpu_bound_ratio": bound.as_ref().map(|b| b.limit)})
                 );
             }
+            if t == Target::SinkVariant {
+                continue;
+            }
+            sink_rate = rate;
             // dory's CPU over the receiver's (`floor`), run by run.
             let cpu_ratio = median(
                 all.iter()

@@ -218,16 +218,18 @@ fn run(
     let mut poller = BusyPoll::new(busy_poll, full);
     // Off, or pinned to one CPU: never moves.
     let mut unstack = avoid_sender_cpu.then(Unstack::new).flatten();
+    // After each receive: one that found the queue full woke a blocked sender.
+    let mut after_receive = |n: usize| {
+        if let Some(u) = unstack.as_mut().filter(|_| n >= full) {
+            u.after_full_receive();
+        }
+    };
     let heartbeat = ctx.metrics.liveness().register("input-dgram", QUIET_MAX);
     loop {
         heartbeat.beat();
         match batch.recv(fd, libc::MSG_WAITFORONE) {
             Ok(n) => {
-                if n >= full {
-                    if let Some(u) = unstack.as_mut() {
-                        u.after_full_receive();
-                    }
-                }
+                after_receive(n);
                 let now = Instant::now();
                 ctx.batch_clock.set(Some(now));
                 ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);
@@ -248,11 +250,7 @@ fn run(
                     }
                     match batch.recv(fd, libc::MSG_DONTWAIT) {
                         Ok(n) if n > 0 => {
-                            if n >= full {
-                                if let Some(u) = unstack.as_mut() {
-                                    u.after_full_receive();
-                                }
-                            }
+                            after_receive(n);
                             let now = Instant::now();
                             ctx.batch_clock.set(Some(now));
                             ctx.accept_many(batch.datagrams(n), Source::Datagram, &mut out);

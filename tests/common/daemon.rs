@@ -40,7 +40,7 @@ impl DoryArgs {
 
 /// Restarts allowed when dory loses a port `free_port` chose to another process (see
 /// [`Dory::restart_if_port_taken`]).
-pub const PORT_RETRIES: u32 = 3;
+const PORT_RETRIES: u32 = 3;
 
 /// The real dory binary running in a fresh temp dir. Dropping it kills the process (if
 /// still running) and, when the test is failing, prints the daemon's stdout/stderr.
@@ -52,21 +52,17 @@ pub struct Dory {
     tcp_port: u16,
     status: SocketAddr,
     dir: TempDir,
-    /// How it was started: [`Dory::wait_ready`] starts it again on other ports if one of
-    /// the free ports it was given was taken by another test in between.
+    /// How it was started: [`Dory::start`] starts it again on other ports if one of the
+    /// free ports it was given was taken by another test in between.
     args: DoryArgs,
 }
 
 impl Dory {
-    /// Spawns dory with:
-    /// `--broker H:P`... `--dgram-socket <tmp>/dgram.sock --stream-socket <tmp>/stream.sock
-    /// --tcp-port <free> --status-addr 127.0.0.1:<free> [--batch-time-ms N]
-    /// [--config <tmp>/dory.toml]`.
-    /// Does not wait; call [`Dory::wait_ready`].
-    /// Starts dory and waits until it listens on its status and TCP input ports (its own
-    /// sockets, deadline 30 s), starting it again on new ports while
+    /// Starts dory (see [`Dory::spawn`]) and waits until it listens on its status and TCP
+    /// input ports (its own sockets, deadline 30 s), starting it again on new ports while
     /// [`PORT_RETRIES`] lasts if it lost one to another process in between. Panics, with
-    /// its output, if it exits otherwise or never listens.
+    /// its output, if it exits otherwise or never listens. Once it listens no port can be
+    /// lost any more; call [`Dory::wait_ready`] to wait for its first metadata.
     pub fn start(args: DoryArgs) -> Dory {
         let mut dory = Dory::spawn(args);
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -92,7 +88,10 @@ impl Dory {
         }
     }
 
-    /// Starts dory without waiting for anything.
+    /// Spawns dory with:
+    /// `--broker H:P`... `--dgram-socket <tmp>/dgram.sock --stream-socket <tmp>/stream.sock
+    /// --tcp-port <free> --status-addr 127.0.0.1:<free> [--batch-time-ms N]
+    /// [--config <tmp>/dory.toml]`, without waiting for anything.
     fn spawn(args: DoryArgs) -> Dory {
         let dir = tempfile::tempdir().expect("temp dir");
         let saved = args.clone();
@@ -184,12 +183,8 @@ impl Dory {
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut last = String::from("no answer yet");
-        let mut port_retries = PORT_RETRIES;
         loop {
             if let Some(s) = self.proc.try_exit() {
-                if self.restart_if_port_taken(&mut port_retries) {
-                    continue;
-                }
                 let logs = self.proc.logs();
                 panic!("dory exited with {s} before becoming ready; last /health: {last}\n{logs}");
             }
@@ -209,7 +204,7 @@ impl Dory {
     /// dory binds it, so another test or an outgoing connection can take it in between),
     /// starts it again with new ports and returns true, while `retries` lasts. Any other
     /// exit is left to the caller.
-    pub fn restart_if_port_taken(&mut self, retries: &mut u32) -> bool {
+    fn restart_if_port_taken(&mut self, retries: &mut u32) -> bool {
         let logs = self.proc.logs();
         if *retries == 0 || !logs.contains("Address already in use") {
             return false;
